@@ -1,0 +1,55 @@
+# Two commands do all set-up: `make demo` and `make test`. Both create .venv, install the project
+# (pinned by constraints.txt) when pyproject.toml or constraints.txt changed, then run their job.
+
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+PYTEST_ARGS ?=
+
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export MLFLOW_DISABLE_TELEMETRY ?= true
+export DO_NOT_TRACK ?= true
+export RAY_USAGE_STATS_ENABLED ?= 0
+
+.PHONY: install demo test lint format bench ui ui-stop clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (vidtx needs Python 3.11)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+demo: install
+	$(BIN)/vidtx --help
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: install
+	$(BIN)/vidtx bench
+
+ui: install
+	@echo "make ui: not implemented yet" >&2; exit 2
+
+ui-stop:
+	@echo "make ui-stop: not implemented yet" >&2; exit 2
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

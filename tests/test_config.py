@@ -1,0 +1,119 @@
+from pathlib import Path
+
+import pytest
+
+from vidtx.config import (
+    ConfigError,
+    PipelineConfig,
+    TrainConfig,
+    apply_overrides,
+    dump_config,
+    load_config,
+)
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+ALL_YAML = sorted(CONFIGS.rglob("*.yaml"))
+
+
+def test_configs_folder_has_the_presets() -> None:
+    names = {path.relative_to(CONFIGS).as_posix() for path in ALL_YAML}
+    assert {
+        "experiments/demo.yaml",
+        "experiments/ssv2_xvit_b16_8f.yaml",
+        "experiments/ssv2_xvit_b16_16f.yaml",
+        "experiments/k400_xvit_b16_8f.yaml",
+        "experiments/k400_xvit_b16_16f.yaml",
+    } <= names
+
+
+@pytest.mark.parametrize("path", ALL_YAML, ids=lambda p: p.relative_to(CONFIGS).as_posix())
+def test_every_config_file_validates(path: Path) -> None:
+    assert isinstance(load_config(path), PipelineConfig)
+
+
+def test_experiment_includes_are_merged_under_own_keys() -> None:
+    config = load_config(CONFIGS / "experiments/ssv2_xvit_b16_16f.yaml")
+    assert config.model.name == "xvit_b16_16x224"  # from model/
+    assert config.data.sampling == "segment"  # from data/ssv2.yaml
+    assert config.train.precision == "bf16"  # from deepspeed/
+    assert config.train.global_batch_size == 128
+    assert config.train.gradient_accumulation_steps == 2  # 128 / (8 clips x 8 workers)
+
+
+def test_overrides_are_typed_by_the_schema() -> None:
+    config = load_config(
+        CONFIGS / "experiments/demo.yaml",
+        ["train.optimizer.lr=0.1", "data.horizontal_flip=true", "train.zero_stage=3", "train.run_name=r1"],
+    )
+    assert config.train.optimizer.lr == pytest.approx(0.1)
+    assert config.data.horizontal_flip is True
+    assert config.train.zero_stage == 3
+    assert config.train.run_name == "r1"
+
+
+def test_override_creates_missing_sections() -> None:
+    raw = apply_overrides({}, ["train.optimizer.lr=0.2"])
+    assert raw == {"train": {"optimizer": {"lr": 0.2}}}
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ("train.nope=1", "train.nope"),
+        ("train.optimizer.lr=abc", "train.optimizer.lr"),
+        ("train.precision=fp8", "train.precision"),
+        ("train.global_batch_size=7", "train.global_batch_size"),
+    ],
+)
+def test_bad_override_names_override_and_field(override: str, field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(CONFIGS / "experiments/demo.yaml", [override])
+    message = str(info.value)
+    assert message.startswith(f"--set {override}: {field}: ")
+    assert "\n" not in message
+
+
+def test_unknown_key_in_file_names_file_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("model:\n  name: xvit_tiny\n  size: huge\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: model.size: Extra inputs are not permitted"):
+        load_config(path)
+
+
+def test_invalid_yaml_and_non_mapping_are_clear(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train: [unclosed\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(broken)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(scalar)
+
+
+def test_include_cycle_is_reported(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("include: [b.yaml]\n")
+    (tmp_path / "b.yaml").write_text("include: [a.yaml]\n")
+    with pytest.raises(ConfigError, match="include cycle"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_dump_then_load_gives_the_same_config(tmp_path: Path) -> None:
+    config = load_config(CONFIGS / "experiments/k400_xvit_b16_8f.yaml", ["train.optimizer.lr=0.02"])
+    path = tmp_path / "resolved.yaml"
+    path.write_text(dump_config(config))
+    assert load_config(path) == config
+
+
+def test_yaml_tags_are_not_executed(tmp_path: Path) -> None:
+    path = tmp_path / "evil.yaml"
+    path.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(path)
+
+
+def test_gradient_accumulation_follows_global_batch() -> None:
+    assert TrainConfig(num_workers=2, micro_batch_size=4).gradient_accumulation_steps == 1
+    assert (
+        TrainConfig(num_workers=2, micro_batch_size=4, global_batch_size=32).gradient_accumulation_steps == 4
+    )

@@ -1,0 +1,3 @@
+from vidtx.cli import main
+
+main()

@@ -1,0 +1,24 @@
+"""Process-wide environment defaults for the services vidtx drives.
+
+Applied by the entry points (CLI, flows, tests), never on library import. `setdefault` only: a value
+the user exported always wins.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFAULTS: dict[str, str] = {
+    # A fresh Prefect database takes ~25 s to migrate on 2 cores; the default 20 s start-up times out.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+    # Telemetry off: no network calls from CI or air-gapped clusters (and no sqlite lock races).
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+def apply_defaults() -> None:
+    for name, value in DEFAULTS.items():
+        os.environ.setdefault(name, value)
