@@ -1,0 +1,151 @@
+"""Named model presets: `create_model`, `build_model` (from a config), `list_models`, `model_info`.
+
+Every preset maps clips (B, C, T, H, W) to logits (B, num_classes). Keyword overrides replace the
+preset's defaults (num_classes, num_frames, img_size, patch_size, depth, model options, ...); an
+unknown keyword is a TypeError that names it and lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from vidtx.models.flops import count_flops
+from vidtx.models.spacetime import JointSpaceTime, TimeSformer
+from vidtx.models.video import VideoTransformer
+from vidtx.models.vit import ViTEncoder
+from vidtx.models.vivit import ViViTFactorisedEncoder
+from vidtx.models.weights import load_image_vit, read_checkpoint
+from vidtx.models.xvit import XViT
+
+if TYPE_CHECKING:
+    from vidtx.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Preset:
+    model_cls: type[VideoTransformer]
+    description: str
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+
+_B16 = {"img_size": 224, "patch_size": 16, "embed_dim": 768, "depth": 12, "num_heads": 12, "num_classes": 400}
+# Small enough to train in minutes on 2 CPU cores at 56x56 and 8 frames.
+_TINY = {"img_size": 56, "patch_size": 8, "embed_dim": 96, "depth": 4, "num_heads": 4, "num_classes": 10}
+_SPATIAL_ONLY = {"shift_div": 0, "temporal_head": "average", "temporal_embedding": False}
+_VIVIT_TINY = {"tubelet_size": 2, "temporal_depth": 1}
+
+PRESETS: dict[str, Preset] = {
+    "xvit_b16_8x224": Preset(
+        XViT, "X-ViT B/16, 50% of k/v channels mixed, temporal-attention head", {**_B16, "num_frames": 8}
+    ),
+    "xvit_b16_16x224": Preset(
+        XViT, "X-ViT B/16, 50% of k/v channels mixed, temporal-attention head", {**_B16, "num_frames": 16}
+    ),
+    "xvit_tiny": Preset(XViT, "X-ViT, tiny (CPU tests and the demo)", {**_TINY, "num_frames": 8}),
+    "spatial_avg_b16_8x224": Preset(
+        XViT, "spatial-only attention + temporal averaging", {**_B16, "num_frames": 8, **_SPATIAL_ONLY}
+    ),
+    "spatial_avg_tiny": Preset(
+        XViT, "spatial-only attention + temporal averaging, tiny", {**_TINY, "num_frames": 8, **_SPATIAL_ONLY}
+    ),
+    "joint_b16_8x224": Preset(JointSpaceTime, "joint space-time attention", {**_B16, "num_frames": 8}),
+    "joint_tiny": Preset(JointSpaceTime, "joint space-time attention, tiny", {**_TINY, "num_frames": 8}),
+    "timesformer_b16_8x224": Preset(
+        TimeSformer, "TimeSformer, divided space-time attention", {**_B16, "num_frames": 8}
+    ),
+    "timesformer_tiny": Preset(TimeSformer, "TimeSformer, tiny", {**_TINY, "num_frames": 8}),
+    "vivit_fe_b16_8x224": Preset(
+        ViViTFactorisedEncoder,
+        "ViViT factorised encoder, 2x16x16 tubelets, 4 temporal layers",
+        {**_B16, "num_frames": 8},
+    ),
+    "vivit_fe_tiny": Preset(
+        ViViTFactorisedEncoder, "ViViT factorised encoder, tiny", {**_TINY, "num_frames": 8, **_VIVIT_TINY}
+    ),
+}
+
+# Constructor arguments that wire models together internally; not user options.
+_INTERNAL_ARGUMENTS = frozenset({"block_cls"})
+
+
+def list_models() -> list[str]:
+    return sorted(PRESETS)
+
+
+def _preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; valid: {', '.join(list_models())}")
+    return PRESETS[name]
+
+
+def model_options(model_cls: type[VideoTransformer]) -> set[str]:
+    """Keyword arguments a model class accepts, its own and those it passes to its bases."""
+    options: set[str] = set()
+    for cls in model_cls.__mro__:
+        if issubclass(cls, ViTEncoder) and "__init__" in vars(cls):
+            parameters = inspect.signature(cls.__init__).parameters.values()
+            options |= {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return options - _INTERNAL_ARGUMENTS
+
+
+def create_model(name: str, **overrides: Any) -> VideoTransformer:
+    """Build preset `name` with `overrides` replacing its defaults."""
+    preset = _preset(name)
+    valid = model_options(preset.model_cls)
+    unknown = sorted(set(overrides) - valid)
+    if unknown:
+        raise TypeError(f"{name}: unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+    kwargs = {**preset.defaults, **overrides}
+    model = preset.model_cls(**kwargs)
+    model.model_spec = {"name": name, "kwargs": kwargs}
+    return model
+
+
+def build_model(cfg: ModelConfig, *, num_classes: int, num_frames: int, img_size: int) -> VideoTransformer:
+    """The model a pipeline config asks for; loads `cfg.pretrained` (image ViT, timm names) when set."""
+    model = create_model(
+        cfg.name,
+        num_classes=num_classes,
+        num_frames=num_frames,
+        img_size=img_size,
+        attention_impl=cfg.attention_impl,
+        drop_path_rate=cfg.drop_path_rate,
+        head_dropout=cfg.head_dropout,
+        **cfg.options,
+    )
+    if cfg.pretrained:
+        load_image_vit(model, cfg.pretrained)
+    return model
+
+
+def load_checkpoint(path: str | Path) -> VideoTransformer:
+    """Rebuild a model saved by `save_checkpoint` and load its weights (strict)."""
+    checkpoint = read_checkpoint(path)
+    model = create_model(checkpoint.model_name, **checkpoint.model_kwargs)
+    model.load_state_dict(checkpoint.state_dict)
+    return model
+
+
+def model_info(name: str, **overrides: Any) -> dict[str, Any]:
+    """Parameters and GFLOPs per view (MACs, fvcore convention) of a preset, built on the meta device."""
+    preset = _preset(name)
+    with torch.device("meta"):
+        model = create_model(name, **overrides)
+    in_chans = model.patch_embed.proj.in_channels
+    flops = count_flops(model, (1, in_chans, model.num_frames, model.img_size, model.img_size))
+    return {
+        "name": name,
+        "model": type(model).__name__,
+        "description": preset.description,
+        "params": sum(param.numel() for param in model.parameters()),
+        "gflops": flops.gflops,
+        "attention_gflops": flops.attention / 1e9,
+        "num_frames": model.num_frames,
+        "img_size": model.img_size,
+        "defaults": {**preset.defaults, **overrides},
+    }

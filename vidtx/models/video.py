@@ -1,0 +1,44 @@
+"""The contract every video model in the zoo follows: clips (B, C, T, H, W) -> logits (B, num_classes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from vidtx.models.vit import ViTEncoder
+
+
+class VideoTransformer(ViTEncoder):
+    """A ViT trunk plus `forward_features` (subclass) and `head`; checks the clip shape.
+
+    Keyword arguments not named here (img_size, patch_size, embed_dim, depth, ...) go to `ViTEncoder`.
+    """
+
+    head: Any  # set by subclasses: features -> logits
+
+    def __init__(
+        self, *, num_classes: int = 400, num_frames: int = 8, head_dropout: float = 0.0, **encoder_kwargs: Any
+    ) -> None:
+        super().__init__(**encoder_kwargs)
+        if num_frames % self.tubelet_size:
+            raise ValueError(f"num_frames {num_frames} is not a multiple of tubelet_size {self.tubelet_size}")
+        self.num_classes = num_classes
+        self.num_frames = num_frames
+        self.head_dropout = head_dropout
+
+    @property
+    def token_frames(self) -> int:
+        """Time steps after embedding: T / tubelet_size."""
+        return self.num_frames // self.tubelet_size
+
+    def forward_features(self, clips: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def forward(self, clips: Tensor) -> Tensor:
+        expected = (self.num_frames, self.img_size, self.img_size)
+        if clips.dim() != 5 or tuple(clips.shape[2:]) != expected:
+            raise ValueError(
+                f"expected clips (B, C, {expected[0]}, {expected[1]}, {expected[2]}), got {tuple(clips.shape)}"
+            )
+        return self.head(self.forward_features(clips))

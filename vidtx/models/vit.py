@@ -1,0 +1,134 @@
+"""The ViT trunk shared by every model in the zoo, and the image ViT built on it.
+
+Parameter names follow timm's `VisionTransformer` (`patch_embed.proj`, `cls_token`, `pos_embed`,
+`blocks.<i>.{norm1, attn.qkv, attn.proj, norm2, mlp.fc1, mlp.fc2}`, `norm`, `head`), so an image-ViT
+state dict loads into any video model by name (see `vidtx.models.weights`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from vidtx.nn import AttentionImpl, PatchEmbed, TransformerBlock, TubeletEmbed, drop_path_rates
+
+
+class ViTEncoder(nn.Module):
+    """Patch (or tubelet) tokens, a class token, learned spatial positions, pre-norm blocks, final norm.
+
+    `block_cls` builds each block (called like `TransformerBlock`); the video models pass blocks with
+    their own attention. `tubelet_size` > 1 embeds `tubelet_size` frames per token with a Conv3d.
+    Subclasses call `init_weights()` once all their modules exist.
+    """
+
+    def __init__(
+        self,
+        *,
+        img_size: int = 224,
+        patch_size: int = 16,
+        in_chans: int = 3,
+        embed_dim: int = 768,
+        depth: int = 12,
+        num_heads: int = 12,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        drop_path_rate: float = 0.0,
+        norm_eps: float = 1e-6,
+        attention_impl: AttentionImpl = "auto",
+        tubelet_size: int = 1,
+        block_cls: Callable[..., nn.Module] = TransformerBlock,
+    ) -> None:
+        super().__init__()
+        self.img_size = img_size
+        self.patch_size = patch_size
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.mlp_ratio = mlp_ratio
+        self.drop_path_rate = drop_path_rate
+        self.norm_eps = norm_eps
+        self.attention_impl = attention_impl
+        self.tubelet_size = tubelet_size
+        self.patch_embed: PatchEmbed | TubeletEmbed = (
+            PatchEmbed(img_size, patch_size, in_chans, embed_dim)
+            if tubelet_size == 1
+            else TubeletEmbed(img_size, patch_size, tubelet_size, in_chans, embed_dim)
+        )
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.patch_embed.num_patches, embed_dim))
+        self.blocks = nn.Sequential(
+            *(
+                block_cls(
+                    embed_dim,
+                    num_heads,
+                    mlp_ratio=mlp_ratio,
+                    qkv_bias=qkv_bias,
+                    drop_path=rate,
+                    norm_eps=norm_eps,
+                    attention_impl=attention_impl,
+                )
+                for rate in drop_path_rates(drop_path_rate, depth)
+            )
+        )
+        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+
+    def init_weights(self) -> None:
+        """timm's ViT init: truncated normal (std 0.02) for linear weights and positions, zero biases, a
+        near-zero class token; then `zero_init_last()` of any block that has one. Other tokens and
+        temporal embeddings keep the zeros they were created with."""
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.normal_(self.cls_token, std=1e-6)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for module in self.modules():
+            if hasattr(module, "zero_init_last"):
+                module.zero_init_last()
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of the position/temporal embeddings and learned tokens (timm convention)."""
+        return {name for name, _ in self.named_parameters() if name.endswith(("_embed", "_token"))}
+
+    def class_token(self) -> Tensor:
+        """The class token with its position: (1, 1, D)."""
+        return self.cls_token + self.pos_embed[:, :1]
+
+    def patch_tokens(self, clips: Tensor) -> Tensor:
+        """Clips (B, C, T, H, W) -> patch tokens with spatial positions (B, T', N, D), T' = T / tubelet."""
+        return self.patch_embed(clips.transpose(1, 2)) + self.pos_embed[:, None, 1:]
+
+    def frame_sequences(self, clips: Tensor) -> Tensor:
+        """Clips (B, C, T, H, W) -> one sequence per frame, class token first: (B, T', 1 + N, D)."""
+        patches = self.patch_tokens(clips)  # (B, T', N, D)
+        cls = self.class_token()[:, None].expand(*patches.shape[:2], -1, -1)  # (B, T', 1, D)
+        return torch.cat([cls, patches], dim=2)
+
+    def encode(self, tokens: Tensor) -> Tensor:
+        """Blocks and final norm over sequences (B, S, D) -> (B, S, D)."""
+        return self.norm(self.blocks(tokens))
+
+    def encode_frames(self, sequences: Tensor) -> Tensor:
+        """Encode each frame's sequence (B, T, S, D) independently; its class-token feature: (B, T, D)."""
+        return self.encode(sequences.flatten(0, 1))[:, 0].unflatten(0, sequences.shape[:2])
+
+
+class VisionTransformer(ViTEncoder):
+    """Image ViT (Dosovitskiy et al.): images (B, C, H, W) -> logits (B, num_classes)."""
+
+    def __init__(self, *, num_classes: int = 1000, head_dropout: float = 0.0, **encoder_kwargs: Any) -> None:
+        super().__init__(**encoder_kwargs)
+        self.num_classes = num_classes
+        self.head_drop = nn.Dropout(head_dropout)
+        self.head = nn.Linear(self.embed_dim, num_classes)
+        self.init_weights()
+
+    def forward_features(self, images: Tensor) -> Tensor:
+        """The final class-token feature: (B, C, H, W) -> (B, D)."""
+        return self.encode_frames(self.frame_sequences(images[:, :, None]))[:, 0]
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.head(self.head_drop(self.forward_features(images)))

@@ -1,0 +1,198 @@
+"""X-ViT: space-time mixing attention (Bulat et al., "Space-time Mixing Attention for Video
+Transformer", NeurIPS 2021).
+
+Each frame runs the spatial attention of an image ViT (one class token per frame, cost O(T·S²) like
+a ViT applied to every frame), but its keys and values borrow a fraction of their channels from the
+neighbouring frames t-1 and t+1. Queries are never mixed. A temporal head (one transformer layer over
+a learned token and the T per-frame class tokens, or plain averaging) makes the clip prediction.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from functools import partial
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vidtx.models.heads import TemporalAttentionHead, TemporalAverageHead
+from vidtx.models.video import VideoTransformer
+from vidtx.nn import MultiHeadAttention, TransformerBlock
+
+MixLayout = Literal["embed", "per_head"]
+TemporalHead = Literal["attention", "average"]
+MIX_LAYOUTS: tuple[str, ...] = ("embed", "per_head")
+TEMPORAL_HEADS: tuple[str, ...] = ("attention", "average")
+OFFICIAL_SEGMENTS = 8  # the released code's temporal embedding slots and shift chunk length
+
+
+def mixing_masks(
+    num_heads: int, head_dim: int, shift_div: int, layout: MixLayout, device: torch.device | None = None
+) -> tuple[Tensor, Tensor]:
+    """Which channels a frame takes from its neighbours: boolean (heads, 1, head_dim) masks
+    (from_next, from_prev); every other channel comes from the frame itself.
+
+    "embed" (official code): over the whole embedding, channel c = head * head_dim + j; channels
+    [0, C/n) come from t+1, [C/n, 2C/n) from t-1. "per_head" (paper Eq. 9): inside every head, in the
+    order past | current | future, the first head_dim/n channels from t-1, the last head_dim/n from t+1.
+    """
+    if shift_div < 2:
+        raise ValueError(f"shift_div must be 0 (no mixing) or >= 2, got {shift_div}")
+    if layout == "embed":
+        fold = num_heads * head_dim // shift_div
+        channel = torch.arange(num_heads * head_dim, device=device).view(num_heads, 1, head_dim)
+        from_next, from_prev = channel < fold, (channel >= fold) & (channel < 2 * fold)
+    elif layout == "per_head":
+        fold = head_dim // shift_div
+        channel = torch.arange(head_dim, device=device).expand(num_heads, 1, head_dim)
+        from_next, from_prev = channel >= head_dim - fold, channel < fold
+    else:
+        raise ValueError(f"mix_layout must be one of {MIX_LAYOUTS}, got {layout!r}")
+    if fold == 0:
+        raise ValueError(
+            f"shift_div {shift_div} mixes no channel at {num_heads} heads x {head_dim} ({layout})"
+        )
+    return from_next, from_prev
+
+
+def space_time_mix(x: Tensor, num_frames: int, shift_div: int, layout: MixLayout = "embed") -> Tensor:
+    """Mix keys or values (B*T, heads, S, head_dim) across neighbouring frames; same shape out.
+
+    Frames are batch-major, time-minor (row b*T + t is frame t of clip b). A fraction 2/shift_div of
+    the channels of frame t is replaced by the same channels of frame t+1 and t-1 (see
+    `mixing_masks` for which channels); frames outside the clip contribute zeros. `shift_div=0` turns
+    mixing off (x is returned as is).
+    """
+    if shift_div == 0:
+        return x
+    batch_frames, num_heads, _, head_dim = x.shape
+    if batch_frames % num_frames:
+        raise ValueError(f"{batch_frames} rows are not a whole number of {num_frames}-frame clips")
+    from_next, from_prev = mixing_masks(num_heads, head_dim, shift_div, layout, x.device)  # (heads, 1, dh)
+    frames = x.unflatten(0, (-1, num_frames))  # (B, T, heads, S, dh)
+    padded = F.pad(frames, (0, 0, 0, 0, 0, 0, 1, 1))  # (B, T + 2, heads, S, dh), zero frames at both ends
+    next_frames, prev_frames = padded[:, 2:], padded[:, :-2]  # frame t+1 / t-1 at index t
+    mixed = torch.where(from_next, next_frames, torch.where(from_prev, prev_frames, frames))
+    return mixed.flatten(0, 1)
+
+
+def frame_summaries(x: Tensor, num_frames: int) -> Tensor:
+    """Summary tokens (paper, section 3): the spatial mean of every frame of the clip, given to each of
+    its frames as extra keys or values: (B*T, heads, S, dh) -> (B*T, heads, T, dh)."""
+    frames = x.unflatten(0, (-1, num_frames))  # (B, T, heads, S, dh)
+    summaries = frames.mean(dim=3).transpose(1, 2)  # (B, heads, T, dh)
+    return summaries[:, None].expand(-1, num_frames, -1, -1, -1).flatten(0, 1)  # (B*T, heads, T, dh)
+
+
+class SpaceTimeMixingAttention(MultiHeadAttention):
+    """Per-frame spatial attention whose keys and values are mixed across neighbouring frames."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        num_frames: int,
+        shift_div: int,
+        layout: MixLayout = "embed",
+        summary_token: bool = False,
+        **attention_kwargs: Any,
+    ) -> None:
+        super().__init__(dim, num_heads, **attention_kwargs)
+        if shift_div:
+            mixing_masks(num_heads, self.head_dim, shift_div, layout)  # fail early on a bad setting
+        self.num_frames = num_frames
+        self.shift_div = shift_div
+        self.layout = layout
+        self.summary_token = summary_token
+
+    def mix(self, x: Tensor) -> Tensor:
+        """Mixed keys or values, plus the clip's frame summaries when enabled: (B*T, heads, S', dh)."""
+        mixed = space_time_mix(x, self.num_frames, self.shift_div, self.layout)
+        if not self.summary_token:
+            return mixed
+        return torch.cat([mixed, frame_summaries(x, self.num_frames)], dim=2)
+
+    def transform_keys_values(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        return self.mix(key), self.mix(value)
+
+    def extra_repr(self) -> str:
+        return f"num_frames={self.num_frames}, shift_div={self.shift_div}, layout={self.layout!r}"
+
+
+class XViT(VideoTransformer):
+    """X-ViT: clips (B, C, T, H, W) -> logits (B, num_classes).
+
+    Options: `shift_div` (0 = no mixing; mixed fraction 2/shift_div), `mix_layout` ("embed" = official
+    code, "per_head" = paper Eq. 9), `temporal_head` ("attention" or "average"), `summary_token`,
+    `temporal_embedding` (a zero-initialised embedding of size T added to every token),
+    `official_compat` (the released code's quirks: 8 temporal-embedding slots reused for frames 8..15,
+    mixing in independent chunks of 8 frames, and the Linear+tanh pre-logits of the IN-21k ViT).
+    Other keyword arguments go to `VideoTransformer` / `ViTEncoder`.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_frames: int = 8,
+        tubelet_size: int = 1,
+        shift_div: int = 4,
+        mix_layout: MixLayout = "embed",
+        temporal_head: TemporalHead = "attention",
+        summary_token: bool = False,
+        temporal_embedding: bool = True,
+        official_compat: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if temporal_head not in TEMPORAL_HEADS:
+            raise ValueError(f"temporal_head must be one of {TEMPORAL_HEADS}, got {temporal_head!r}")
+        token_frames = num_frames // tubelet_size
+        if official_compat and (tubelet_size != 1 or num_frames % OFFICIAL_SEGMENTS):
+            raise ValueError(
+                f"official_compat needs per-frame tokens and a multiple of {OFFICIAL_SEGMENTS} frames"
+            )
+        self.segment_frames = OFFICIAL_SEGMENTS if official_compat else token_frames
+        attention = partial(
+            SpaceTimeMixingAttention,
+            num_frames=self.segment_frames,
+            shift_div=shift_div,
+            layout=mix_layout,
+            summary_token=summary_token,
+        )
+        super().__init__(
+            num_frames=num_frames,
+            tubelet_size=tubelet_size,
+            block_cls=partial(TransformerBlock, attention_cls=attention),
+            **kwargs,
+        )
+        dim = self.embed_dim
+        self.temporal_embed = (
+            nn.Parameter(torch.zeros(1, self.segment_frames, 1, dim)) if temporal_embedding else None
+        )
+        self.pre_logits = (
+            nn.Sequential(OrderedDict(fc=nn.Linear(dim, dim), act=nn.Tanh()))
+            if official_compat
+            else nn.Identity()
+        )
+        self.head: TemporalAttentionHead | TemporalAverageHead = (
+            TemporalAttentionHead(
+                dim,
+                self.num_heads,
+                self.num_classes,
+                dropout=self.head_dropout,
+                attention_impl=self.attention_impl,
+            )
+            if temporal_head == "attention"
+            else TemporalAverageHead(dim, self.num_classes, self.head_dropout)
+        )
+        self.init_weights()
+
+    def forward_features(self, clips: Tensor) -> Tensor:
+        """Per-frame class-token features (B, T', D) (through pre_logits in official_compat mode)."""
+        x = self.frame_sequences(clips)  # (B, T', 1 + N, D)
+        if self.temporal_embed is not None:
+            # (B, T'/segment, segment, 1 + N, D) + (1, segment, 1, D): one slot per frame of a segment
+            x = (x.unflatten(1, (-1, self.segment_frames)) + self.temporal_embed).flatten(1, 2)
+        return self.pre_logits(self.encode_frames(x))
