@@ -73,7 +73,7 @@ class SynthConfig(StrictModel):
     )
     classes: list[str] | None = Field(None, description="Subset of motion classes (None: all).")
     num_frames: int = Field(16, ge=2, description="Frames per video.")
-    size: int = Field(64, ge=16, description="Frame height and width in pixels.")
+    size: int = Field(64, ge=16, multiple_of=2, description="Frame height and width in pixels (even: H.264).")
     fps: int = Field(12, ge=1)
     seed: int = 0
 
@@ -85,10 +85,15 @@ class ShardConfig(StrictModel):
         Path("data/synthetic/annotations.csv"), description="Dataset root or annotation file."
     )
     format: DatasetFormat = Field("csv", description="Layout of the source dataset.")
+    video_root: Path | None = Field(
+        None, description="Where annotation formats find the videos (None: the annotation file's folder)."
+    )
     output: Path = Field(Path("data/shards"), description="Folder for <split>-NNNNNN.tar and manifests.")
     splits: list[str] | None = Field(None, description="Splits to shard (None: every split in the source).")
-    max_samples_per_shard: int = Field(1000, ge=1)
-    max_bytes_per_shard: int = Field(1_000_000_000, ge=1_000_000)
+    max_samples_per_shard: int = Field(1000, ge=1, le=1_000_000)
+    max_bytes_per_shard: int = Field(
+        1_000_000_000, ge=1_000_000, description="Cap on the source video bytes packed into one shard."
+    )
     processes: int = Field(2, ge=1, description="Parallel probe/encode processes.")
     seed: int = Field(0, description="Seeds the (deterministic) sample order.")
     min_frames: int = Field(4, ge=1, description="Shorter videos are rejected.")
@@ -154,10 +159,29 @@ class ScheduleConfig(StrictModel):
 
 class ClusterConfig(StrictModel):
     address: str | None = Field(
-        None, description="Ray Jobs address (http://head:8265). RAY_ADDRESS wins; None: start a local Ray."
+        None,
+        description="Ray cluster: http(s)://head:8265 submits a Ray Job; host:port or 'auto' connects. "
+        "RAY_ADDRESS wins; None starts a local Ray.",
     )
-    working_dir: Path | None = Field(None, description="Uploaded with the job (None: nothing uploaded).")
-    follow_logs: bool = True
+    runtime_env: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra Ray runtime_env for a submitted job (env_vars, pip, py_modules); "
+        "working_dir is vidtx's (it carries the resolved config).",
+    )
+    follow_logs: bool = Field(True, description="Stream a submitted job's logs until it ends.")
+
+
+# DeepSpeed keys that typed TrainConfig fields own: setting them in `train.deepspeed` is an error.
+DEEPSPEED_OWNED_KEYS = {
+    "train_batch_size": "global_batch_size",
+    "train_micro_batch_size_per_gpu": "micro_batch_size",
+    "gradient_accumulation_steps": "global_batch_size",
+    "gradient_clipping": "gradient_clipping",
+    "bf16": "precision",
+    "fp16": "precision",
+    "optimizer": "optimizer",
+    "scheduler": "schedule",
+}
 
 
 class TrainConfig(StrictModel):
@@ -198,6 +222,17 @@ class TrainConfig(StrictModel):
         if self.global_batch_size is None:
             return 1
         return self.global_batch_size // (self.micro_batch_size * self.num_workers)
+
+    @field_validator("deepspeed")
+    @classmethod
+    def _no_owned_keys(cls, deepspeed: dict[str, Any]) -> dict[str, Any]:
+        owned = {key: DEEPSPEED_OWNED_KEYS[key] for key in deepspeed if key in DEEPSPEED_OWNED_KEYS}
+        if "stage" in deepspeed.get("zero_optimization", {}):
+            owned["zero_optimization.stage"] = "zero_stage"
+        if owned:
+            fixes = ", ".join(f"{key} -> train.{field}" for key, field in owned.items())
+            raise ValueError(f"set these through the typed fields instead: {fixes}")
+        return deepspeed
 
     @field_validator("global_batch_size")
     @classmethod

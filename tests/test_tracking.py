@@ -1,0 +1,78 @@
+from pathlib import Path
+
+import pytest
+
+from vidtx.config import PipelineConfig, load_config
+from vidtx.tracking.metrics import STEP_METRIC, RankZeroMetrics
+from vidtx.tracking.runs import (
+    RUN_NAME_TAG,
+    TrackingUnavailableError,
+    connect,
+    flatten,
+    resolve_tracking_uri,
+    start_or_resume_run,
+)
+
+
+@pytest.fixture
+def tracking_uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def test_tracking_uri_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    config = PipelineConfig(workdir=tmp_path)
+    assert resolve_tracking_uri(config) == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    config.tracking.tracking_uri = "http://mlflow:5000"
+    assert resolve_tracking_uri(config) == "http://mlflow:5000"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////elsewhere.db")
+    assert resolve_tracking_uri(config) == "sqlite:////elsewhere.db"
+
+
+def test_flatten_nested_config() -> None:
+    flat = flatten({"train": {"optimizer": {"lr": 0.1}, "zero_stage": 2}, "name": "x", "empty": {}})
+    assert flat == {"train.optimizer.lr": "0.1", "train.zero_stage": "2", "name": "x", "empty": "{}"}
+
+
+def test_same_run_name_resumes_the_same_mlflow_run(tracking_uri: str) -> None:
+    config = load_config(None, ["tracking.experiment=exp-a", "train.optimizer.lr=0.2"])
+    client = connect(tracking_uri)
+    first = start_or_resume_run(client, config, "run-1", {"vidtx.manifest_hash": "abc"})
+    client.set_terminated(first, status="FAILED")
+    again = start_or_resume_run(client, config, "run-1", {"prefect.flow_run_id": "f1"})
+    other = start_or_resume_run(client, config, "run-2")
+    assert again == first
+    assert other != first
+    run = client.get_run(first)
+    assert run.info.status == "RUNNING"
+    assert run.data.params["train.optimizer.lr"] == "0.2"
+    assert run.data.tags[RUN_NAME_TAG] == "run-1"
+    assert run.data.tags["vidtx.manifest_hash"] == "abc"
+    assert run.data.tags["prefect.flow_run_id"] == "f1"
+    experiment = client.get_experiment_by_name("exp-a")
+    assert len(client.search_runs([experiment.experiment_id])) == 2
+    config_text = Path(client.download_artifacts(first, "config.yaml")).read_text()
+    assert "lr: 0.2" in config_text
+
+
+def test_rank_zero_metrics_do_not_log_a_step_twice(tracking_uri: str) -> None:
+    client = connect(tracking_uri)
+    run_id = start_or_resume_run(client, PipelineConfig(), "r")
+    metrics = RankZeroMetrics(0, tracking_uri, run_id)
+    for step in (10, 20, 30):
+        metrics.log({STEP_METRIC: float(step)}, step)
+    metrics.close()
+    resumed = RankZeroMetrics(0, tracking_uri, run_id)  # restarted from a checkpoint at step 20
+    for step in (30, 40):
+        resumed.log({STEP_METRIC: -1.0 * step}, step)
+    resumed.close()
+    history = {point.step: point.value for point in client.get_metric_history(run_id, STEP_METRIC)}
+    assert history == {10: 10.0, 20: 20.0, 30: 30.0, 40: -40.0}
+    assert RankZeroMetrics(1, tracking_uri, run_id).enabled is False
+
+
+def test_unreachable_tracking_store_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    with pytest.raises(TrackingUnavailableError, match=r"http://127.0.0.1:9 is unavailable"):
+        connect("http://127.0.0.1:9")

@@ -1,0 +1,1 @@
+"""MLflow: the training run's lifecycle, model logging, the registry and its aliases."""

@@ -1,0 +1,43 @@
+"""Metric logging from Ray worker rank 0 into the training run's MLflow run."""
+
+from __future__ import annotations
+
+import logging
+
+import mlflow
+
+from vidtx.tracking.runs import connect, last_logged_step
+
+logger = logging.getLogger(__name__)
+
+STEP_METRIC = "train/loss"  # logged at every log step: its history tells where a resumed run left off
+
+
+class RankZeroMetrics:
+    """Attaches to an existing MLflow run on rank 0 (no-op on other ranks), with system metrics.
+
+    After a restart the loop replays the steps since the last checkpoint; steps that were already logged
+    keep their first value, so the run's history has one point per step.
+    """
+
+    def __init__(self, rank: int, tracking_uri: str, run_id: str) -> None:
+        self.enabled = rank == 0
+        self.skip_through = -1
+        if not self.enabled:
+            return
+        client = connect(tracking_uri)
+        self.skip_through = last_logged_step(client, run_id, STEP_METRIC)
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.start_run(run_id=run_id, log_system_metrics=True)
+        if self.skip_through >= 0:
+            logger.info(
+                "MLflow already has steps up to %d; replayed steps are not logged again", self.skip_through
+            )
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self.enabled and step > self.skip_through:
+            mlflow.log_metrics(metrics, step=step)
+
+    def close(self) -> None:
+        if self.enabled:
+            mlflow.end_run()

@@ -1,0 +1,122 @@
+"""MLflow run lifecycle: exactly one run per training run, found again by name after a restart.
+
+The driver (launcher) creates or finds the run before any compute and logs the resolved config as
+params; Ray worker rank 0 attaches to that run id and logs metrics. Restarts (a worker dies, the whole
+job is started again with the same run name) land in the same run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Param
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
+
+from vidtx.config import PipelineConfig, dump_config
+
+logger = logging.getLogger(__name__)
+
+RUN_NAME_TAG = "vidtx.run_name"
+
+
+class TrackingUnavailableError(RuntimeError):
+    """The MLflow tracking store cannot be reached or written."""
+
+
+def resolve_tracking_uri(config: PipelineConfig) -> str:
+    """MLFLOW_TRACKING_URI wins, then `tracking.tracking_uri`, then a SQLite file in the workdir."""
+    if uri := os.environ.get("MLFLOW_TRACKING_URI"):
+        return uri
+    if config.tracking.tracking_uri:
+        return config.tracking.tracking_uri
+    return f"sqlite:///{(config.workdir / 'mlflow.db').resolve()}"
+
+
+def connect(tracking_uri: str) -> MlflowClient:
+    """A client for `tracking_uri`, checked with one cheap query so failures surface before compute."""
+    if tracking_uri.startswith("sqlite:///"):
+        Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    try:
+        client.search_experiments(max_results=1)
+    except Exception as err:
+        raise TrackingUnavailableError(f"MLflow tracking store {tracking_uri} is unavailable: {err}") from err
+    return client
+
+
+def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """{"train": {"lr": 0.1}} -> {"train.lr": "0.1"}: MLflow params are flat strings."""
+    flat: dict[str, str] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat |= flatten(value, f"{name}.")
+        else:
+            flat[name] = str(value)[:MAX_PARAM_VAL_LENGTH]
+    return flat
+
+
+def git_commit() -> str | None:
+    """The commit of the vidtx checkout, when it runs from one."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def start_or_resume_run(
+    client: MlflowClient,
+    config: PipelineConfig,
+    run_name: str,
+    tags: Mapping[str, str] | None = None,
+) -> str:
+    """The id of the MLflow run named `run_name` in the config's experiment, created if missing.
+
+    A new run gets the resolved config as params (flattened) and as `config.yaml`, plus lineage tags.
+    An existing run is reopened (status RUNNING) and only gets the new tags: params are immutable.
+    """
+    experiment = client.get_experiment_by_name(config.tracking.experiment)
+    experiment_id = (
+        experiment.experiment_id if experiment else client.create_experiment(config.tracking.experiment)
+    )
+    existing = client.search_runs(
+        [experiment_id], filter_string=f"tags.`{RUN_NAME_TAG}` = '{run_name}'", max_results=2
+    )
+    lineage = {RUN_NAME_TAG: run_name, **(tags or {})}
+    if commit := git_commit():
+        lineage[MLFLOW_GIT_COMMIT] = commit
+    if existing:
+        run_id = existing[0].info.run_id
+        client.update_run(run_id, status="RUNNING")
+        for key, value in lineage.items():
+            client.set_tag(run_id, key, value)
+        logger.info("resuming MLflow run %s (%s)", run_id, run_name)
+        return run_id
+    run = client.create_run(experiment_id, run_name=run_name, tags=lineage)
+    params = [Param(key, value) for key, value in flatten(config.model_dump(mode="json")).items()]
+    for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
+        client.log_batch(run.info.run_id, params=params[start : start + MAX_PARAMS_TAGS_PER_BATCH])
+    client.log_text(run.info.run_id, dump_config(config), "config.yaml")
+    logger.info("created MLflow run %s (%s)", run.info.run_id, run_name)
+    return run.info.run_id
+
+
+def last_logged_step(client: MlflowClient, run_id: str, metric: str) -> int:
+    """Highest step already logged for `metric` (-1 if none): a resumed run does not log a step twice."""
+    history = client.get_metric_history(run_id, metric)
+    return max((point.step for point in history), default=-1)

@@ -1,0 +1,104 @@
+"""Submitting a training run to a remote Ray cluster as a Ray Job, and following it.
+
+The job's working_dir carries only the resolved config; the cluster's image has vidtx installed (see
+infra/). Inside the job `vidtx train config.yaml` runs the trainer against the cluster (Ray sets
+RAY_ADDRESS there) and prints one result line that the submitter parses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shlex
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+from vidtx.config import PipelineConfig, deep_merge, dump_config
+from vidtx.tracking.runs import connect, resolve_tracking_uri, start_or_resume_run
+from vidtx.train.launcher import (
+    RESULT_MARKER,
+    WORKER_ENV_VARS,
+    ProgressCallback,
+    TrainResult,
+    follow_progress,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingJobError(RuntimeError):
+    """The Ray Job ended in a state other than SUCCEEDED."""
+
+
+def job_entrypoint(tags: Mapping[str, str]) -> str:
+    return shlex.join(
+        ["vidtx", "train", "config.yaml", *(f"--tag={key}={value}" for key, value in tags.items())]
+    )
+
+
+def submit_training_job(
+    config: PipelineConfig,
+    run_name: str,
+    address: str,
+    tags: Mapping[str, str] | None,
+    progress: ProgressCallback | None,
+) -> TrainResult:
+    # Creating (or finding) the MLflow run here checks the tracking store before the cluster does any
+    # work; the job finds the same run by name.
+    mlflow = connect(resolve_tracking_uri(config))
+    run_id = start_or_resume_run(mlflow, config, run_name, tags)
+    client = JobSubmissionClient(address)
+    in_cluster = config.model_copy(deep=True)
+    in_cluster.train.run_name = run_name
+    in_cluster.train.cluster.address = None  # inside the job, Ray's own RAY_ADDRESS points at the cluster
+    env_vars = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
+    with tempfile.TemporaryDirectory(prefix="vidtx-job-") as workdir:
+        Path(workdir, "config.yaml").write_text(dump_config(in_cluster))
+        runtime_env = deep_merge(
+            config.train.cluster.runtime_env, {"working_dir": workdir, "env_vars": env_vars}
+        )
+        job_id = client.submit_job(  # uploads working_dir now
+            entrypoint=job_entrypoint(tags or {}),
+            runtime_env=runtime_env,
+            submission_id=f"{run_name}-{uuid.uuid4().hex[:8]}",
+            metadata={"vidtx.run_name": run_name},
+        )
+    logger.info("submitted Ray Job %s to %s (run %s)", job_id, address, run_name)
+    with follow_progress(mlflow, run_id, config.train.max_steps, progress):
+        logs = _wait(client, job_id, echo=config.train.cluster.follow_logs)
+    status = client.get_job_status(job_id)
+    if status != JobStatus.SUCCEEDED:
+        message = client.get_job_info(job_id).message or ""
+        tail = "\n".join(logs.splitlines()[-20:])
+        raise TrainingJobError(f"Ray Job {job_id} {status.value}: {message}\n{tail}")
+    return parse_result(logs)
+
+
+def parse_result(logs: str) -> TrainResult:
+    for line in reversed(logs.splitlines()):
+        if line.startswith(RESULT_MARKER):
+            return TrainResult(**json.loads(line.removeprefix(RESULT_MARKER)))
+    raise TrainingJobError("the Ray Job succeeded but printed no result line")
+
+
+def _wait(client: JobSubmissionClient, job_id: str, echo: bool) -> str:
+    """Stream the job's logs to stdout (when `echo`) until it ends; returns all of them."""
+    if echo:
+
+        async def tail() -> None:
+            async for chunk in client.tail_job_logs(job_id):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+
+        asyncio.run(tail())
+    while not client.get_job_status(job_id).is_terminal():
+        time.sleep(2.0)
+    return client.get_job_logs(job_id)

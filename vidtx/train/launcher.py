@@ -1,0 +1,205 @@
+"""`train(config)`: a Ray Train TorchTrainer around the DeepSpeed loop, locally or on a cluster.
+
+Where it runs is decided by `RAY_ADDRESS` (or `train.cluster.address`):
+- unset: a local Ray instance is started for the run (and stopped after);
+- `http(s)://head:8265`: the run is submitted to that cluster as a Ray Job (see `jobs.py`);
+- anything else (`auto`, `host:6379`, what Ray sets inside a Ray Job): connect and run the trainer.
+
+A run is identified by its name and storage path: starting `train` again with the same ones resumes
+from the latest checkpoint and logs into the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import datetime
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from vidtx.config import PipelineConfig
+from vidtx.data.manifest import load_manifest
+from vidtx.tracking.metrics import STEP_METRIC
+from vidtx.tracking.runs import connect, last_logged_step, resolve_tracking_uri, start_or_resume_run
+from vidtx.train.loop import train_loop_per_worker
+
+logger = logging.getLogger(__name__)
+
+ProgressCallback = Callable[[int, int, dict[str, float]], None]  # (step, max_steps, latest metrics)
+RESULT_MARKER = "VIDTX_TRAIN_RESULT "  # prefix of the result line a Ray Job prints for its submitter
+WORKER_ENV_VARS = ("MLFLOW_TRACKING_URI", "DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")
+
+
+@dataclasses.dataclass
+class TrainResult:
+    run_name: str
+    storage_path: str
+    checkpoint: str | None  # latest checkpoint directory (path or URI)
+    best_checkpoint: str | None  # best by validation top-1
+    metrics: dict[str, Any]
+    mlflow_run_id: str
+    tracking_uri: str
+
+
+def default_run_name(config: PipelineConfig) -> str:
+    return f"{config.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def resolve_storage_path(storage_path: str) -> str:
+    """Object-store URIs pass through; local paths become absolute (Ray requires it)."""
+    if "://" in storage_path:
+        return storage_path
+    path = Path(storage_path).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def train(
+    config: PipelineConfig,
+    *,
+    run_name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    progress: ProgressCallback | None = None,
+) -> TrainResult:
+    """Train `config`; the same `run_name` + storage path resumes an earlier run."""
+    run_name = run_name or config.train.run_name or default_run_name(config)
+    address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
+    if address and address.startswith(("http://", "https://")):
+        from vidtx.train.jobs import submit_training_job
+
+        return submit_training_job(config, run_name, address, tags, progress)
+    return _train_on_ray(config, run_name, address, tags or {}, progress)
+
+
+def _train_on_ray(
+    config: PipelineConfig,
+    run_name: str,
+    address: str | None,
+    tags: Mapping[str, str],
+    progress: ProgressCallback | None,
+) -> TrainResult:
+    train_cfg = config.train
+    tracking_uri = resolve_tracking_uri(config)
+    client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
+    manifest = load_manifest(config.data.shards, config.data.train_split)
+    lineage = {"vidtx.manifest_hash": manifest.content_hash, "ray.run_name": run_name, **tags}
+    run_id = start_or_resume_run(client, config, run_name, lineage)
+
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        env_vars = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
+        ray.init(address=address, runtime_env={"env_vars": env_vars} if env_vars else None)
+    try:
+        _check_resources(config)
+        storage_path = resolve_storage_path(train_cfg.storage_path)
+        resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
+        trainer = TorchTrainer(
+            train_loop_per_worker,
+            train_loop_config={
+                "config": config.model_dump(mode="json"),
+                "tracking_uri": tracking_uri,
+                "mlflow_run_id": run_id,
+            },
+            scaling_config=ScalingConfig(
+                num_workers=train_cfg.num_workers, use_gpu=train_cfg.use_gpu, resources_per_worker=resources
+            ),
+            run_config=RunConfig(
+                name=run_name,
+                storage_path=storage_path,
+                failure_config=FailureConfig(max_failures=train_cfg.max_failures),
+                checkpoint_config=CheckpointConfig(
+                    num_to_keep=train_cfg.keep_checkpoints,
+                    checkpoint_score_attribute="val_top1",
+                    checkpoint_score_order="max",
+                ),
+            ),
+        )
+        logger.info(
+            "training %s: %d workers, checkpoints in %s/%s",
+            run_name,
+            train_cfg.num_workers,
+            storage_path,
+            run_name,
+        )
+        with follow_progress(client, run_id, train_cfg.max_steps, progress):
+            result = trainer.fit()
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")
+        raise
+    finally:
+        if started_ray:
+            ray.shutdown()
+    client.set_terminated(run_id, status="FINISHED")
+    best = result.best_checkpoints[-1][0] if result.best_checkpoints else None
+    return TrainResult(
+        run_name=run_name,
+        storage_path=storage_path,
+        checkpoint=result.checkpoint.path if result.checkpoint else None,
+        best_checkpoint=best.path if best else None,
+        metrics=dict(result.metrics or {}),
+        mlflow_run_id=run_id,
+        tracking_uri=tracking_uri,
+    )
+
+
+def _check_resources(config: PipelineConfig) -> None:
+    """Fail with a message naming the fields, rather than waiting forever for a placement group."""
+    train_cfg = config.train
+    available = ray.cluster_resources()
+    wanted_cpus = train_cfg.num_workers * train_cfg.cpus_per_worker
+    if wanted_cpus > available.get("CPU", 0):
+        raise ValueError(
+            f"train.num_workers x train.cpus_per_worker = {wanted_cpus:g} CPUs, "
+            f"but the Ray cluster has {available.get('CPU', 0):g}"
+        )
+    if train_cfg.use_gpu and train_cfg.num_workers > available.get("GPU", 0):
+        raise ValueError(
+            f"train.num_workers = {train_cfg.num_workers} GPU workers, but the Ray cluster has "
+            f"{available.get('GPU', 0):g} GPUs"
+        )
+
+
+@contextlib.contextmanager
+def follow_progress(
+    client: Any, run_id: str, max_steps: int, progress: ProgressCallback | None, interval: float = 5.0
+) -> Iterator[None]:
+    """While the body runs, poll the MLflow run and call `progress(step, max_steps, metrics)` on news.
+
+    The callback runs on a daemon thread that carries the caller's context variables (so a Prefect task
+    can update its artifacts from it); a failing callback never breaks training.
+    """
+    if progress is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def poll() -> None:
+        reported = -1
+        while True:
+            finished = stop.wait(interval)
+            try:
+                step = last_logged_step(client, run_id, STEP_METRIC)
+                if step > reported:
+                    progress(step, max_steps, dict(client.get_run(run_id).data.metrics))
+                    reported = step
+            except Exception:
+                logger.debug("progress poll failed", exc_info=True)
+            if finished:
+                return
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(poll,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=60)

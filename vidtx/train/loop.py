@@ -1,0 +1,221 @@
+"""The per-worker training loop: runs inside every Ray Train worker.
+
+Each worker builds the model from the registry, the rank-aware webdataset loader and a DeepSpeed
+engine, resumes from the latest Ray checkpoint if there is one, then trains for `train.max_steps`
+optimizer steps with periodic validation and checkpoints. Rank 0 logs to the run's MLflow run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import ray.train
+import torch
+import torch.distributed as dist
+
+from vidtx.config import PipelineConfig
+from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.data.manifest import load_manifest
+from vidtx.models import build_model, count_flops
+from vidtx.tracking.metrics import RankZeroMetrics
+from vidtx.train.checkpoint import TrainState, restore, save_and_report
+from vidtx.train.deepspeed_config import build_deepspeed_config
+from vidtx.train.mixup import classification_loss, mixup
+from vidtx.train.optim import build_optimizer, build_scheduler
+from vidtx.train.throughput import ThroughputMeter, format_duration
+
+logger = logging.getLogger("vidtx.train")
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def train_loop_per_worker(payload: dict[str, Any]) -> None:
+    """Ray Train entry point. `payload`: the resolved config plus the MLflow run to log into."""
+    WorkerTrainer(payload).fit()
+
+
+class WorkerTrainer:
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.cfg = PipelineConfig.model_validate(payload["config"])
+        context = ray.train.get_context()
+        self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
+        if not torch.cuda.is_available():
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        import deepspeed  # after DS_ACCELERATOR is set: the accelerator is chosen at import
+
+        train, data = self.cfg.train, self.cfg.data
+        self.num_classes = load_manifest(data.shards, data.train_split).num_classes
+        torch.manual_seed(train.seed)  # identical initial weights on every rank
+        model = build_model(
+            self.cfg.model, num_classes=self.num_classes, num_frames=data.num_frames, img_size=data.crop_size
+        )
+        optimizer = build_optimizer(model, train.optimizer)
+        scheduler = build_scheduler(optimizer, train.schedule, train.max_steps)
+        self.engine, *_ = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=build_deepspeed_config(train)
+        )
+        self.dtype = DTYPES[train.precision]
+        self.clips_per_step = train.micro_batch_size * train.gradient_accumulation_steps * self.world_size
+
+        restored = restore(self.engine)
+        self.state = restored or TrainState()
+        if restored:
+            self.state.epoch += 1  # a fresh (seeded) data stream instead of replaying the last one
+            logger.info("rank %d resumed at step %d", self.rank, self.state.step)
+        torch.manual_seed(train.seed + 1000 * self.rank + self.state.step)  # dropout / drop path
+        self.rng = np.random.default_rng([train.seed, self.rank, self.state.step])  # mixup
+        self.metrics = RankZeroMetrics(self.rank, payload["tracking_uri"], payload["mlflow_run_id"])
+        flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size))
+        peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
+        self.meter = ThroughputMeter(self.world_size, flops, peak)
+
+    # ----------------------------------------------------------------------------------------------
+
+    def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Training batches across epochs; each epoch is a new seeded resampled stream."""
+        train = self.cfg.train
+        while True:
+            empty = True
+            for batch in build_train_loader(
+                self.cfg.data, batch_size=train.micro_batch_size, seed=train.seed, epoch=self.state.epoch
+            ):
+                empty = False
+                yield batch
+            if empty:
+                raise RuntimeError(f"no training clips could be loaded from {self.cfg.data.shards}")
+            self.state.epoch += 1
+
+    def _micro_step(self, clips: torch.Tensor, labels: torch.Tensor) -> float:
+        clips = clips.to(self.engine.device, self.dtype)
+        labels = labels.to(self.engine.device)
+        targets: torch.Tensor = labels
+        if self.cfg.train.mixup_alpha > 0:
+            clips, targets = mixup(clips, labels, self.num_classes, self.cfg.train.mixup_alpha, self.rng)
+        logits = self.engine(clips)  # (B, num_classes)
+        loss = classification_loss(logits, targets, self.cfg.train.label_smoothing)
+        self.engine.backward(loss)
+        self.engine.step()  # applies the update at the gradient-accumulation boundary only
+        return loss.item()
+
+    def _mean_over_ranks(self, values: list[float]) -> list[float]:
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(tensor)
+        return (tensor / self.world_size).tolist()
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Top-1/top-5/loss on the validation split, centre view, summed over ranks.
+
+        Ranks hold different numbers of clips; they agree each iteration whether anyone still has a
+        batch and run a throw-away forward when they do not, so ZeRO-3's gathers stay in lock-step.
+        """
+        data, train = self.cfg.data, self.cfg.train
+        loader = iter(build_eval_loader(data, data.val_split, batch_size=train.micro_batch_size))
+        totals = torch.zeros(4, dtype=torch.float64)  # correct@1, correct@5, loss sum, clips
+        self.engine.eval()
+        for _ in range(train.val_max_batches or 10**12):
+            batch = next(loader, None)
+            active = torch.tensor([batch is not None], dtype=torch.int64)
+            dist.all_reduce(active)
+            if not active.item():
+                break
+            if batch is None:
+                shape = (1, 3, data.num_frames, data.crop_size, data.crop_size)
+                self.engine(torch.zeros(shape, dtype=self.dtype, device=self.engine.device))
+                continue
+            views, labels, _ = batch  # (B, 1, C, T, H, W)
+            logits = self.engine(views[:, 0].to(self.engine.device, self.dtype)).float().cpu()
+            top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
+            totals += torch.tensor(
+                [
+                    (top5[:, 0] == labels).sum().item(),
+                    (top5 == labels[:, None]).any(dim=1).sum().item(),
+                    torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item(),
+                    len(labels),
+                ],
+                dtype=torch.float64,
+            )
+        self.engine.train()
+        dist.all_reduce(totals)
+        correct1, correct5, loss_sum, clips = totals.tolist()
+        clips = max(clips, 1.0)
+        return {
+            "val/top1": correct1 / clips,
+            "val/top5": correct5 / clips,
+            "val/loss": loss_sum / clips,
+            "val/clips": clips,
+        }
+
+    # ----------------------------------------------------------------------------------------------
+
+    def fit(self) -> None:
+        train = self.cfg.train
+        batches = self._batches()
+        self.engine.train()
+        losses: list[float] = []
+        try:
+            while self.state.step < train.max_steps:
+                for _ in range(train.gradient_accumulation_steps):
+                    losses.append(self._micro_step(*next(batches)))
+                self.state.step += 1
+                self.state.samples_seen += self.clips_per_step
+                self.meter.update(self.clips_per_step)
+                step = self.state.step
+                if step % train.log_every == 0 or step == train.max_steps:
+                    self._log_progress(losses)
+                    losses = []
+                is_checkpoint = step % train.checkpoint_every == 0 or step == train.max_steps
+                if is_checkpoint or step % train.val_every == 0:
+                    validation = self.validate()
+                    self.metrics.log(validation, step)
+                    logger.info(
+                        "step %d validation top-1 %.3f top-5 %.3f",
+                        step,
+                        validation["val/top1"],
+                        validation["val/top5"],
+                    )
+                    if is_checkpoint:
+                        self.state.best_top1 = max(self.state.best_top1, validation["val/top1"])
+                        report = {
+                            "step": step,
+                            "val_top1": validation["val/top1"],
+                            "val_loss": validation["val/loss"],
+                        }
+                        save_and_report(self.engine, self.state, report)
+        finally:
+            self.metrics.close()
+
+    def _log_progress(self, losses: list[float]) -> None:
+        train = self.cfg.train
+        (loss,) = self._mean_over_ranks([float(np.mean(losses))])
+        rates = self.meter.lap()
+        metrics = {
+            "train/loss": loss,
+            "train/lr": self.engine.get_lr()[0],
+            "train/clips_per_second": rates["clips_per_second"],
+            "train/samples_seen": float(self.state.samples_seen),
+            "train/epoch": float(self.state.epoch),
+        }
+        if (grad_norm := self.engine.get_global_grad_norm()) is not None:
+            metrics["train/grad_norm"] = float(grad_norm)
+        if train.precision == "fp16":
+            metrics["train/loss_scale"] = float(self.engine.optimizer.cur_scale)
+        if "mfu" in rates:
+            metrics["train/mfu"] = rates["mfu"]
+        self.metrics.log(metrics, self.state.step)
+        if self.rank == 0:
+            eta = self.meter.eta_seconds(train.max_steps - self.state.step, self.clips_per_step)
+            logger.info(
+                "step %d/%d loss %.4f lr %.3g %.1f clips/s%s eta %s",
+                self.state.step,
+                train.max_steps,
+                loss,
+                metrics["train/lr"],
+                rates["clips_per_second"],
+                f" mfu {rates['mfu']:.1%}" if "mfu" in rates else "",
+                format_duration(eta),
+            )
