@@ -52,6 +52,15 @@ class ModelConfig(StrictModel):
         description="Extra keyword arguments for the preset, e.g. shift_div, mix_layout, temporal_head.",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _known_preset(cls, name: str) -> str:
+        from vidtx.models.registry import list_models  # lazy: importing the config must not import torch
+
+        if name not in (valid := list_models()):
+            raise ValueError(f"unknown model preset {name!r}; valid: {', '.join(valid)}")
+        return name
+
 
 class ReencodeConfig(StrictModel):
     """Training-friendly re-encode: small frames and short GOPs make sparse sampling cheap to decode."""
