@@ -110,7 +110,27 @@ def pipeline(config: ConfigArg, overrides: OverridesOpt = None) -> None:
 @app.command()
 def models() -> None:
     """List the model presets with parameters and GFLOPs per view."""
-    not_implemented("models")
+    from rich.console import Console
+    from rich.table import Table
+
+    from vidtx.models import list_models, model_info
+
+    table = Table(title="Model presets (GFLOPs = multiply-adds per view, as in the papers)")
+    for column in ("preset", "model", "frames x size"):
+        table.add_column(column, no_wrap=True)
+    for column in ("params (M)", "GFLOPs/view", "attn GFLOPs"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for name in list_models():
+        info = model_info(name)
+        table.add_row(
+            name,
+            info["model"],
+            f"{info['num_frames']}x{info['img_size']}",
+            f"{info['params'] / 1e6:.1f}",
+            f"{info['gflops']:.2f}",
+            f"{info['attention_gflops']:.2f}",
+        )
+    Console(width=max(Console().width, 120)).print(table)
 
 
 @app.command()
