@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+from pydantic import BaseModel, ValidationError
 
 from vidtx.config import ConfigError, dump_config, load_config
 from vidtx.env import apply_defaults
@@ -29,6 +30,7 @@ OverridesOpt = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Dotted override, e.g. --set train.optimizer.lr=0.05 (repeatable)."),
 ]
+SectionT = TypeVar("SectionT", bound=BaseModel)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -52,25 +54,174 @@ def config_show(config: ConfigArg, overrides: OverridesOpt = None) -> None:
     typer.echo(dump_config(load_config(config, overrides or [])), nl=False)
 
 
+# --- data commands (synth, shard, inspect) --------------------------------------------------------
+
+OptionalConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="Pipeline YAML whose section is the base.", exists=True, dir_okay=False
+    ),
+]
+
+
+def _section(model: type[SectionT], section: str, base: SectionT | None, updates: dict[str, Any]) -> SectionT:
+    """`base` (from --config/--set) with the command-line options that were given laid over it."""
+    data = base.model_dump() if base is not None else {}
+    data |= {field: value for field, value in updates.items() if value is not None}
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        problems = (f"{section}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise ConfigError("; ".join(problems)) from None
+
+
+def _split_counts(pairs: list[str]) -> dict[str, int] | None:
+    """['train=48', 'val=12'] -> {'train': 48, 'val': 12}."""
+    if not pairs:
+        return None
+    counts = {}
+    for pair in pairs:
+        split, sep, count = pair.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise ConfigError(f"--videos {pair}: expected SPLIT=COUNT, e.g. --videos train=48")
+        counts[split.strip()] = int(count)
+    return counts
+
+
 @app.command()
-def synth(output: Annotated[Path, typer.Argument(help="Output folder.")]) -> None:
+def synth(
+    output: Annotated[Path, typer.Argument(help="Output folder.")],
+    videos: Annotated[
+        list[str] | None, typer.Option(help="Videos per class in a split, SPLIT=COUNT (repeatable).")
+    ] = None,
+    classes: Annotated[
+        list[str] | None, typer.Option("--class", help="A motion class to include (repeatable; default all).")
+    ] = None,
+    num_frames: Annotated[int | None, typer.Option(help="Frames per video.")] = None,
+    size: Annotated[int | None, typer.Option(help="Frame height and width (even).")] = None,
+    fps: Annotated[int | None, typer.Option(help="Frame rate.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed (same seed, same bytes).")] = None,
+    config: OptionalConfigOpt = None,
+    overrides: OverridesOpt = None,
+) -> None:
     """Generate a synthetic dataset of MP4 videos whose class only the frame order tells."""
-    not_implemented("synth")
+    from vidtx.config import SynthConfig
+    from vidtx.data.synthetic import generate_dataset
+
+    base = load_config(config, overrides or []).synth
+    updates = {
+        "output": output,
+        "videos_per_class": _split_counts(videos or []),
+        "classes": classes or None,
+        "num_frames": num_frames,
+        "size": size,
+        "fps": fps,
+        "seed": seed,
+    }
+    annotations = generate_dataset(_section(SynthConfig, "synth", base, updates))
+    typer.echo(f"wrote {annotations}")
 
 
 @app.command()
 def shard(
     source: Annotated[Path, typer.Argument(help="Dataset root or annotation file.")],
     output: Annotated[Path, typer.Argument(help="Output folder for shards and manifests.")],
+    format: Annotated[
+        str | None, typer.Option("--format", "-f", help="Source layout: folder, kinetics, ssv2 or csv.")
+    ] = None,
+    video_root: Annotated[Path | None, typer.Option(help="Where annotation formats find videos.")] = None,
+    splits: Annotated[list[str] | None, typer.Option("--split", help="Split to shard (repeatable).")] = None,
+    max_samples: Annotated[int | None, typer.Option(help="Samples per shard at most.")] = None,
+    max_bytes: Annotated[int | None, typer.Option(help="Source bytes per shard at most.")] = None,
+    processes: Annotated[int | None, typer.Option("--processes", "-j", help="Parallel processes.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seeds the sample order.")] = None,
+    min_frames: Annotated[int | None, typer.Option(help="Reject shorter videos.")] = None,
+    max_reject_fraction: Annotated[float | None, typer.Option(help="Fail above this bad fraction.")] = None,
+    reencode: Annotated[
+        bool | None, typer.Option("--reencode/--no-reencode", help="Re-encode (default: copy bytes).")
+    ] = None,
+    short_side: Annotated[int | None, typer.Option(help="Re-encode: short side in pixels.")] = None,
+    fps: Annotated[float | None, typer.Option(help="Re-encode: frame rate.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(help="Re-encode: cut to this length.")] = None,
+    keyframe_interval: Annotated[int | None, typer.Option(help="Re-encode: frames per GOP.")] = None,
+    crf: Annotated[int | None, typer.Option(help="Re-encode: libx264 CRF.")] = None,
+    config: OptionalConfigOpt = None,
+    overrides: OverridesOpt = None,
 ) -> None:
-    """Probe, filter and write a video dataset into WebDataset shards."""
-    not_implemented("shard")
+    """Probe, filter and write a video dataset into WebDataset shards (any re-encode option turns
+    re-encoding on)."""
+    from vidtx.config import ReencodeConfig, ShardConfig
+    from vidtx.data.shard import ShardingError, shard_dataset
+
+    base = load_config(config, overrides or []).shard
+    encode_options = {
+        "short_side": short_side,
+        "fps": fps,
+        "max_seconds": max_seconds,
+        "keyframe_interval": keyframe_interval,
+        "crf": crf,
+    }
+    reencode_cfg = base.reencode
+    if reencode or (reencode is None and any(v is not None for v in encode_options.values())):
+        reencode_cfg = _section(ReencodeConfig, "shard.reencode", reencode_cfg, encode_options)
+    updates = {
+        "source": source,
+        "output": output,
+        "format": format,
+        "video_root": video_root,
+        "splits": splits or None,
+        "max_samples_per_shard": max_samples,
+        "max_bytes_per_shard": max_bytes,
+        "processes": processes,
+        "seed": seed,
+        "min_frames": min_frames,
+        "max_reject_fraction": max_reject_fraction,
+    }
+    cfg = _section(ShardConfig, "shard", base, updates)
+    cfg = cfg.model_copy(update={"reencode": None if reencode is False else reencode_cfg})
+    try:
+        manifests = shard_dataset(cfg)
+    except (ShardingError, FileNotFoundError, ValueError) as err:
+        fail(str(err), code=1)
+    for split, manifest in manifests.items():
+        typer.echo(
+            f"{split}: {manifest.num_samples} samples in {len(manifest.shards)} shards, "
+            f"{len(manifest.rejects)} rejected -> {cfg.output / f'{split}.manifest.json'}"
+        )
 
 
 @app.command()
-def inspect(shards: Annotated[Path, typer.Argument(help="Shard folder or manifest.")]) -> None:
-    """Summarise a sharded split and save a contact sheet of decoded clips."""
-    not_implemented("inspect")
+def inspect(
+    shards: Annotated[Path, typer.Argument(help="Shard folder or a <split>.manifest.json in it.")],
+    splits: Annotated[
+        list[str] | None, typer.Option("--split", help="Split (repeatable; default all).")
+    ] = None,
+    videos: Annotated[int, typer.Option(help="Videos in the contact sheet (0: none).")] = 4,
+    frames: Annotated[int, typer.Option(help="Frames per video in the contact sheet.")] = 8,
+    output: Annotated[
+        Path | None, typer.Option(help="Contact sheet folder (default: the shard folder).")
+    ] = None,
+) -> None:
+    """Summarise sharded splits (counts, classes, rejects) and save a PNG contact sheet of each."""
+    from vidtx.data.manifest import MANIFEST_SUFFIX, find_splits, load_manifest
+    from vidtx.data.summary import contact_sheet, describe
+
+    if shards.is_file():
+        shards, splits = shards.parent, [shards.name.removesuffix(MANIFEST_SUFFIX)]
+    splits = splits or find_splits(shards)
+    if not splits:
+        fail(f"{shards}: no <split>{MANIFEST_SUFFIX} found", code=1)
+    for split in splits:
+        try:
+            manifest = load_manifest(shards, split)
+        except FileNotFoundError as err:
+            fail(str(err), code=1)
+        typer.echo(describe(manifest))
+        if videos > 0:
+            sheet = contact_sheet(
+                manifest, (output or shards) / f"{split}.contact.png", num_videos=videos, num_frames=frames
+            )
+            typer.echo(f"contact sheet: {sheet}")
 
 
 @app.command()

@@ -1,0 +1,98 @@
+"""Writing video with PyAV: frames to MP4 bytes, and the training-friendly re-encode.
+
+Both run the encoder single-threaded, which makes the output a pure function of the input (the same
+bytes on every run, the property the sharding job's byte-identical guarantee rests on) and leaves
+parallelism to the process pool above.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections.abc import Iterable, Iterator
+from fractions import Fraction
+
+import av
+import numpy as np
+
+from vidtx.config import ReencodeConfig
+from vidtx.data.decode import scaled_size
+
+
+def video_codec() -> str:
+    """H.264 when the PyAV wheel ships libx264, else MPEG-4 part 2 (decord reads both)."""
+    return "libx264" if "libx264" in av.codecs_available else "mpeg4"
+
+
+def even_size_for_short_side(width: int, height: int, short_side: int) -> tuple[int, int]:
+    """(width, height) scaled so the shorter side is `short_side` (never upscaled), both even as
+    yuv420p needs."""
+    scaled = scaled_size(width, height, min(short_side, width, height))
+    return max(2, scaled[0] - scaled[0] % 2), max(2, scaled[1] - scaled[1] % 2)
+
+
+def encode_mp4(
+    frames: Iterable[np.ndarray], fps: float, *, crf: int = 18, keyframe_interval: int | None = None
+) -> bytes:
+    """Encode RGB uint8 frames, each (H, W, 3) with even H and W, into MP4 bytes."""
+    frames = iter(frames)
+    first = next(frames, None)
+    if first is None:
+        raise ValueError("no frames to encode")
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format="mp4") as container:
+        stream = container.add_stream(video_codec(), rate=Fraction(fps).limit_denominator(1001))
+        stream.height, stream.width = first.shape[:2]
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.thread_count = 1
+        h264 = stream.codec_context.name == "libx264"
+        options = {"crf": str(crf), "preset": "veryfast"} if h264 else {"qscale": "3"}
+        if keyframe_interval is not None:
+            # A fixed GOP with no scene-cut keyframes: seeking to frame i decodes at most k-1 extras.
+            options |= {
+                "g": str(keyframe_interval),
+                "keyint_min": str(keyframe_interval),
+                "sc_threshold": "0",
+            }
+        stream.options = options
+        for frame in itertools.chain([first], frames):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return buffer.getvalue()
+
+
+def _resampled_frames(
+    container: av.container.InputContainer, cfg: ReencodeConfig
+) -> tuple[Iterator[np.ndarray], float]:
+    """Decoded RGB frames at the target size and frame rate, cut to `cfg.max_seconds`."""
+    stream = container.streams.video[0]
+    stream.thread_count = 1
+    source_fps = float(stream.average_rate or stream.guessed_rate or 25)
+    fps = cfg.fps or source_fps
+    width, height = even_size_for_short_side(stream.width, stream.height, cfg.short_side)
+
+    def frames() -> Iterator[np.ndarray]:
+        start: float | None = None
+        slot = 0  # output frame `slot` shows the first source frame at or after slot / fps
+        for index, frame in enumerate(container.decode(stream)):
+            time = frame.time if frame.time is not None else index / source_fps
+            start = time if start is None else start
+            time -= start
+            if cfg.max_seconds is not None and time >= cfg.max_seconds:
+                return
+            image = frame.to_ndarray(format="rgb24", width=width, height=height)
+            while slot / fps <= time + 1e-6:
+                yield image
+                slot += 1
+
+    return frames(), fps
+
+
+def reencode(data: bytes, cfg: ReencodeConfig) -> bytes:
+    """Transcode a video to H.264 MP4 with a smaller short side, an optional new frame rate and cut,
+    and a short keyframe interval, so that sparse frame sampling decodes few frames. Audio is dropped."""
+    with av.open(io.BytesIO(data)) as container:
+        frames, fps = _resampled_frames(container, cfg)
+        return encode_mp4(frames, fps, crf=cfg.crf, keyframe_interval=cfg.keyframe_interval)

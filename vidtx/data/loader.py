@@ -1,0 +1,179 @@
+"""Shards to clip batches: the webdataset pipelines for training and evaluation.
+
+Training (one instance per Ray Train worker; RANK / WORLD_SIZE come from the environment):
+
+    ResampledShards (seeded per rank, DataLoader worker and epoch) -> tar samples -> shuffle buffer
+    -> decode once, sample k clips, augment (in DataLoader workers) -> batches (B, C, T, H, W)
+
+Resampling shards with replacement keeps every rank busy for exactly one epoch of
+`ceil(num_samples / world_size / batch_size)` batches however many shards there are, so ranks stay
+in lock-step for collectives. Iterating a train loader again continues with the next epoch; a
+loader built with `epoch=e` replays epoch e exactly (resume).
+
+Evaluation: the manifest's shards in order, split by rank (`webdataset.split_by_node`) and by
+DataLoader worker, not resampled, so all ranks together see every sample once (shard-level
+splitting: a rank with no shard gets no batch).
+
+A sample that fails to decode is logged and skipped. Decoders are created per sample inside the
+worker; workers start with `forkserver` so they inherit no decoder or thread state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Iterator
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+import webdataset as wds
+
+from vidtx.config import DataConfig
+from vidtx.data.decode import Video, VideoDecodeError, open_video, scaled_size
+from vidtx.data.manifest import load_manifest
+from vidtx.data.sampling import FrameSampler
+from vidtx.data.sources import VIDEO_EXTENSIONS
+from vidtx.data.transforms import EvalTransform, TrainTransform
+
+log = logging.getLogger(__name__)
+
+TrainBatch = tuple[torch.Tensor, torch.Tensor]  # clips (B, C, T, H, W) float32, labels (B,) int64
+EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]  # views (B, V, C, T, H, W), labels, keys
+
+
+def open_sample(sample: dict[str, Any], short_side: int, num_threads: int) -> tuple[Video, dict[str, Any]]:
+    """The sample's video, decoded with its short side at `short_side`, and its json metadata."""
+    meta = json.loads(sample["json"])
+    data = next((sample[ext[1:]] for ext in VIDEO_EXTENSIONS if ext[1:] in sample), None)
+    if data is None:
+        raise VideoDecodeError(f"no video member among {sorted(k for k in sample if not k.startswith('_'))}")
+    size = scaled_size(meta["width"], meta["height"], short_side)
+    return open_video(data, size=size, num_threads=num_threads), meta
+
+
+def _frames(video: Video, indices: np.ndarray) -> np.ndarray:
+    """Frames for an index array of any shape, decoding each distinct frame once: (*shape, H, W, 3)."""
+    unique, inverse = np.unique(indices, return_inverse=True)
+    return video.frames(unique.tolist())[inverse.reshape(indices.shape)]
+
+
+def _train_clips(
+    samples: Iterable[dict[str, Any]], cfg: DataConfig, seed: int, epoch: int
+) -> Iterator[tuple[torch.Tensor, int]]:
+    """Decode each video once and yield `cfg.repeated_sampling` augmented clips (C, T, H, W) of it."""
+    rank, _, worker, _ = wds.utils.pytorch_worker_info()
+    rng = np.random.default_rng([seed, epoch, rank, worker])
+    sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
+    transform = TrainTransform(cfg.crop_size, cfg.scale_range, cfg.horizontal_flip, cfg.mean, cfg.std)
+    for sample in samples:
+        try:
+            video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads)
+            indices = np.stack([sampler.train(video.num_frames, rng) for _ in range(cfg.repeated_sampling)])
+            clips = [transform(frames, rng) for frames in _frames(video, indices)]
+        except (VideoDecodeError, KeyError, ValueError) as err:
+            log.warning(
+                "skipping training sample %s: %s", sample.get("__url__", "?") + ":" + sample["__key__"], err
+            )
+            continue
+        for clip in clips:
+            yield clip, int(meta["label"])
+
+
+def _eval_views(
+    samples: Iterable[dict[str, Any]], cfg: DataConfig, num_clips: int, num_crops: int
+) -> Iterator[tuple[torch.Tensor, int, str]]:
+    """All test views of each video, (clips * crops, C, T, H, W), with its label and source key."""
+    sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
+    transform = EvalTransform(cfg.crop_size, num_crops, cfg.mean, cfg.std)
+    for sample in samples:
+        try:
+            # Test frames are decoded with the short side at the crop size, so the crops cover the frame.
+            video, meta = open_sample(sample, cfg.crop_size, cfg.decode_threads)
+            clips = _frames(video, sampler.test(video.num_frames, num_clips))  # (clips, T, H, W, 3)
+            views = torch.cat([transform(frames) for frames in clips])
+        except (VideoDecodeError, KeyError, ValueError) as err:
+            log.warning(
+                "skipping evaluation sample %s: %s", sample.get("__url__", "?") + ":" + sample["__key__"], err
+            )
+            continue
+        yield views, int(meta["label"]), str(meta["key"])
+
+
+def _collate_train(batch: list[tuple[torch.Tensor, int]]) -> TrainBatch:
+    clips, labels = zip(*batch, strict=True)
+    return torch.stack(clips), torch.tensor(labels, dtype=torch.int64)
+
+
+def _collate_eval(batch: list[tuple[torch.Tensor, int, str]]) -> EvalBatch:
+    views, labels, keys = zip(*batch, strict=True)
+    return torch.stack(views), torch.tensor(labels, dtype=torch.int64), list(keys)
+
+
+def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
+    workers = {"multiprocessing_context": "forkserver"} if num_workers > 0 else {}
+    return wds.WebLoader(dataset, batch_size=None, num_workers=num_workers, **workers)
+
+
+class TrainLoader:
+    """One epoch of training batches per iteration; the next iteration is the next epoch."""
+
+    def __init__(self, cfg: DataConfig, batch_size: int, seed: int, epoch: int) -> None:
+        self.cfg, self.batch_size, self.seed, self.epoch = cfg, batch_size, seed, epoch
+        self.manifest = load_manifest(cfg.shards, cfg.train_split)
+        _, world_size, _, _ = wds.utils.pytorch_worker_info()
+        self.batches_per_epoch = math.ceil(self.manifest.num_samples / world_size / batch_size)
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self) -> Iterator[TrainBatch]:
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        shards = wds.ResampledShards(
+            self.manifest.shard_urls(), seed=wds.utils.make_seed(self.seed, epoch), deterministic=True
+        )  # each rank and DataLoader worker draws its own sequence (seeded by rank * 1000 + worker)
+        dataset = wds.DataPipeline(
+            shards,
+            wds.tarfile_to_samples(handler=wds.warn_and_continue),
+            wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
+            partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch),
+            wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
+        )
+        loader = _web_loader(dataset, self.cfg.num_workers).with_epoch(self.batches_per_epoch)
+        return iter(loader)
+
+
+def build_train_loader(cfg: DataConfig, *, batch_size: int, seed: int, epoch: int = 0) -> TrainLoader:
+    """Training batches (clips float32 (B, C, T, H, W) normalised, labels int64 (B,)); one iteration
+    is one epoch of about num_samples / world_size clips for this rank."""
+    return TrainLoader(cfg, batch_size, seed, epoch)
+
+
+def build_eval_loader(
+    cfg: DataConfig,
+    split: str,
+    *,
+    batch_size: int,
+    num_clips: int = 1,
+    num_crops: int = 1,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> wds.WebLoader:
+    """Evaluation batches (views float32 (B, V, C, T, H, W) with V = clips x crops, labels (B,),
+    source keys); `rank`/`world_size` default to the environment (RANK / WORLD_SIZE)."""
+    urls = load_manifest(cfg.shards, split).shard_urls()
+    if rank is None or world_size is None:
+        node_splitter = wds.split_by_node
+    else:
+        urls, node_splitter = urls[rank::world_size], None
+    stages = [
+        wds.SimpleShardList(urls),
+        node_splitter,
+        wds.split_by_worker,
+        wds.tarfile_to_samples(handler=wds.warn_and_continue),
+        partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
+        wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
+    ]
+    return _web_loader(wds.DataPipeline(*[stage for stage in stages if stage is not None]), cfg.num_workers)

@@ -1,0 +1,300 @@
+"""Turning a video dataset into WebDataset tars: plan, write shards in parallel, finalize manifests.
+
+The job is split so that an orchestrator can map `write_shard` over the plan (a Prefect task per
+shard); `shard_dataset` does the same with a process pool.
+
+* `plan_shards` is pure: per split, records sorted by key, shuffled with a seeded RNG (so each shard
+  mixes classes), cut into shards of at most `max_samples_per_shard` samples and about
+  `max_bytes_per_shard` bytes of source video. Sample keys are `<shard:06d><position:06d>`; a
+  rejected video leaves a gap, so keys never depend on which other videos were bad.
+* `write_shard` probes every video (and re-encodes it when asked), writes the good ones with
+  `webdataset.TarWriter` to `<name>.tmp`, renames it to `<name>` when complete, then writes
+  `<name>.stats.json` (the completion marker, holding the shard's counts and rejects). Tar members
+  carry fixed mtime/owner/mode, so the same input gives byte-identical tars. A shard whose marker
+  matches the plan and whose tar still has the recorded sha256 is skipped.
+* `finalize_split` writes `<split>.rejects.jsonl` and then `<split>.manifest.json`; loaders read the
+  manifest, so a killed run is never mistaken for a complete one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+
+import av
+import webdataset as wds
+from pydantic import BaseModel, ConfigDict
+
+from vidtx.config import ShardConfig
+from vidtx.data.decode import VideoDecodeError, check_container, probe_video
+from vidtx.data.encode import reencode
+from vidtx.data.manifest import MANIFEST_SUFFIX, Manifest, Reject, ShardInfo, content_hash
+from vidtx.data.sources import VIDEO_EXTENSIONS, read_source
+from vidtx.log import setup_logging, track
+
+log = logging.getLogger(__name__)
+
+TAR_OVERHEAD_BYTES = 2048  # per sample: two member headers, the json member, block padding
+
+
+class ShardingError(RuntimeError):
+    """The job cannot produce a trustworthy split (e.g. too many bad videos)."""
+
+
+class ShardItem(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    key: str  # sample key inside the tar
+    source_key: str
+    path: str  # where to read the video
+    source: str  # path as recorded in the sample's json (relative to the dataset root when possible)
+    label: int
+
+
+class ShardSpec(BaseModel):
+    """One planned tar: which videos, in which order, under which keys."""
+
+    model_config = ConfigDict(frozen=True)
+
+    split: str
+    index: int
+    items: tuple[ShardItem, ...]
+    class_names: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}-{self.index:06d}.tar"
+
+    def fingerprint(self, cfg: ShardConfig) -> str:
+        """Changes whenever the bytes of the shard could: its plan or the per-video processing."""
+        recipe = {"spec": self.model_dump(mode="json"), "min_frames": cfg.min_frames}
+        recipe["reencode"] = cfg.reencode.model_dump(mode="json") if cfg.reencode else None
+        return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+class ShardResult(BaseModel):
+    name: str
+    split: str
+    samples: int
+    bytes: int
+    sha256: str
+    counts_per_class: dict[str, int]
+    rejects: list[Reject]
+    class_names: list[str]  # the plan's label map, so finalizing needs nothing but the results
+    fingerprint: str
+
+
+class RejectedVideoError(Exception):
+    """A video that cannot be used; the message is the reason recorded in the rejects list."""
+
+
+def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
+    """Deterministic assignment of the source's videos to shards, for every requested split."""
+    source = read_source(cfg.source, cfg.format, video_root=cfg.video_root)
+    splits = cfg.splits or source.splits
+    unknown = set(splits) - set(source.splits)
+    if unknown:
+        raise ValueError(f"{cfg.source}: no videos in split(s) {sorted(unknown)}; found {source.splits}")
+    specs = []
+    for split in splits:
+        records = sorted(source.split_records(split), key=lambda record: record.key)
+        random.Random(f"{cfg.seed}/{split}").shuffle(records)
+        groups: list[list] = [[]]
+        group_bytes = 0
+        for record in records:
+            size = (record.path.stat().st_size if record.path.is_file() else 0) + TAR_OVERHEAD_BYTES
+            full = (
+                len(groups[-1]) >= cfg.max_samples_per_shard or group_bytes + size > cfg.max_bytes_per_shard
+            )
+            if groups[-1] and full:
+                groups.append([])
+                group_bytes = 0
+            groups[-1].append(record)
+            group_bytes += size
+        for index, group in enumerate(groups):
+            items = tuple(
+                ShardItem(
+                    key=f"{index:06d}{position:06d}",
+                    source_key=record.key,
+                    path=str(record.path),
+                    source=_relative(record.path, source.root),
+                    label=record.label,
+                )
+                for position, record in enumerate(group)
+            )
+            specs.append(
+                ShardSpec(split=split, index=index, items=items, class_names=tuple(source.class_names))
+            )
+    return specs
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Path:
+    return cfg.output / spec.name.replace(".tar", ".stats.json")
+
+
+def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResult | None:
+    """The recorded result when the shard on disk is complete, from this plan and intact."""
+    stats, tar = _stats_path(cfg, spec), cfg.output / spec.name
+    if not (stats.is_file() and tar.is_file()):
+        return None
+    result = ShardResult.model_validate_json(stats.read_text())
+    intact = tar.stat().st_size == result.bytes and _sha256(tar) == result.sha256
+    return result if result.fingerprint == fingerprint and intact else None
+
+
+def _sample(item: ShardItem, spec: ShardSpec, cfg: ShardConfig) -> dict[str, str | bytes]:
+    """The tar members of one video, after probing (and re-encoding); raises RejectedVideoError."""
+    path = Path(item.path)
+    if not path.is_file():
+        raise RejectedVideoError("missing: file not found")
+    data = path.read_bytes()
+    extension = path.suffix.lower() if path.suffix.lower() in VIDEO_EXTENSIONS else ".mp4"
+    try:
+        if cfg.reencode is not None:
+            check_container(data)
+            try:
+                data = reencode(data, cfg.reencode)
+            except (av.FFmpegError, ValueError) as err:
+                raise VideoDecodeError(f"re-encode failed ({err})") from err
+            extension = ".mp4"
+        info = probe_video(data)
+    except VideoDecodeError as err:
+        raise RejectedVideoError(str(err)) from err
+    if info.num_frames < cfg.min_frames:
+        raise RejectedVideoError(f"too short: {info.num_frames} frames < min_frames {cfg.min_frames}")
+    meta = {
+        "label": item.label,
+        "label_name": spec.class_names[item.label],
+        "key": item.source_key,
+        "source": item.source,
+        "frames": info.num_frames,
+        "fps": round(info.fps, 6),
+        "duration": round(info.duration, 6),
+        "width": info.width,
+        "height": info.height,
+        "reencoded": cfg.reencode is not None,
+    }
+    return {"__key__": item.key, extension[1:]: data, "json": json.dumps(meta, sort_keys=True).encode()}
+
+
+def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
+    """Write one shard (idempotent: a finished, intact shard from the same plan is not rewritten)."""
+    fingerprint = spec.fingerprint(cfg)
+    done = _finished(spec, cfg, fingerprint)
+    if done is not None:
+        log.debug("%s: already complete, skipped", spec.name)
+        return done
+    cfg.output.mkdir(parents=True, exist_ok=True)
+    # The split's manifest no longer describes the tars once one is rewritten.
+    (cfg.output / f"{spec.split}{MANIFEST_SUFFIX}").unlink(missing_ok=True)
+    tar, temporary = cfg.output / spec.name, cfg.output / f"{spec.name}.tmp"
+    counts: Counter[str] = Counter()
+    rejects = []
+    with wds.TarWriter(
+        str(temporary), user="vidtx", group="vidtx", mode=0o444, mtime=0, encoder=False
+    ) as writer:
+        for item in spec.items:
+            try:
+                sample = _sample(item, spec, cfg)
+            except RejectedVideoError as err:
+                rejects.append(
+                    Reject(key=item.source_key, path=item.source, label=item.label, reason=str(err))
+                )
+                log.warning("%s: rejected %s: %s", spec.name, item.source, err)
+                continue
+            writer.write(sample)
+            counts[spec.class_names[item.label]] += 1
+    result = ShardResult(
+        name=spec.name,
+        split=spec.split,
+        samples=sum(counts.values()),
+        bytes=temporary.stat().st_size,
+        sha256=_sha256(temporary),
+        counts_per_class=dict(sorted(counts.items())),
+        rejects=rejects,
+        class_names=list(spec.class_names),
+        fingerprint=fingerprint,
+    )
+    os.replace(temporary, tar)
+    stats = _stats_path(cfg, spec)
+    stats.with_suffix(".tmp").write_text(result.model_dump_json(indent=2))
+    os.replace(stats.with_suffix(".tmp"), stats)
+    log.info(
+        "%s: %d samples, %d rejected, %.1f MB", spec.name, result.samples, len(rejects), result.bytes / 1e6
+    )
+    return result
+
+
+def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> Manifest:
+    """Write `<split>.rejects.jsonl` and `<split>.manifest.json` from the results of every shard."""
+    results = sorted((r for r in results if r.split == split), key=lambda r: r.name)
+    if not results:
+        raise ValueError(f"{split}: no shard results to finalize")
+    class_names = results[0].class_names
+    rejects = [reject for result in results for reject in result.rejects]
+    with (cfg.output / f"{split}.rejects.jsonl").open("w") as file:
+        file.writelines(reject.model_dump_json() + "\n" for reject in rejects)
+    planned = sum(r.samples for r in results) + len(rejects)
+    if planned and len(rejects) / planned > cfg.max_reject_fraction:
+        raise ShardingError(
+            f"{split}: {len(rejects)} of {planned} videos rejected (> max_reject_fraction "
+            f"{cfg.max_reject_fraction}); see {cfg.output / f'{split}.rejects.jsonl'}"
+        )
+    counts = Counter(dict.fromkeys(class_names, 0))
+    for result in results:
+        counts.update(result.counts_per_class)
+    shards = [ShardInfo(name=r.name, samples=r.samples, bytes=r.bytes, sha256=r.sha256) for r in results]
+    manifest = Manifest(
+        split=split,
+        shards=shards,
+        num_samples=sum(shard.samples for shard in shards),
+        class_names=class_names,
+        counts_per_class=dict(counts),
+        rejects=rejects,
+        config=cfg.model_dump(mode="json"),
+        content_hash=content_hash(shards, class_names),
+    )
+    manifest.save(cfg.output)
+    log.info(
+        "%s: %d samples in %d shards, %d rejected", split, manifest.num_samples, len(shards), len(rejects)
+    )
+    return manifest
+
+
+def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
+    """Plan, write every shard with `cfg.processes` processes, and finalize every split."""
+    specs = plan_shards(cfg)
+    results: list[ShardResult] = []
+    if cfg.processes == 1:
+        results = [write_shard(spec, cfg) for spec in track(specs, "shards", total=len(specs))]
+    else:
+        # forkserver: workers start clean (no inherited decoder or thread state from the parent).
+        context, level = get_context("forkserver"), logging.getLogger().level
+        with ProcessPoolExecutor(
+            cfg.processes, context, initializer=setup_logging, initargs=(level,)
+        ) as pool:
+            futures = [pool.submit(write_shard, spec, cfg) for spec in specs]
+            results = [
+                future.result() for future in track(as_completed(futures), "shards", total=len(futures))
+            ]
+    splits = dict.fromkeys(spec.split for spec in specs)
+    return {split: finalize_split(cfg, split, results) for split in splits}
