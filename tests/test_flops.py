@@ -29,6 +29,8 @@ def test_count_flops_leaves_the_model_as_it_was() -> None:
     for name, param in model.named_parameters():
         assert param.device.type == "cpu"
         assert torch.equal(param, before[name]), name
+    fp32 = count_flops(model, (1, 3, 8, 56, 56)).total
+    assert count_flops(model.bfloat16(), (1, 3, 8, 56, 56)).total == fp32  # a bf16 model (DeepSpeed) too
 
 
 @pytest.mark.parametrize(

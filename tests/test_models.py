@@ -175,6 +175,10 @@ def test_official_compat_reuses_eight_embedding_slots_and_mixes_in_chunks_of_eig
     assert (
         relative_error(default.forward_features(changed)[:, 7], default.forward_features(clips)[:, 7]) > 1e-3
     )
+    # the released SSv2 model: 8 embedding slots but one 16-frame mixing segment
+    ssv2 = create_model("xvit_tiny", num_frames=16, depth=2, official_compat=True, segment_frames=16).eval()
+    assert ssv2.temporal_embed.shape == (1, 8, 1, 96)
+    assert relative_error(ssv2.forward_features(changed)[:, 7], ssv2.forward_features(clips)[:, 7]) > 1e-3
 
     slots = create_model("xvit_tiny", num_frames=16, shift_div=0, official_compat=True).eval()
     torch.nn.init.normal_(slots.temporal_embed)

@@ -50,12 +50,14 @@ def count_flops(model: nn.Module, input_shape: Sequence[int]) -> FlopCount:
     """Count the MACs of `model(torch.empty(input_shape))`, in eval mode, on the meta device.
 
     The model itself is not moved: its parameters are swapped for meta copies for the call, so a
-    model on any device (or already on meta) can be measured. Include the batch in `input_shape`;
+    model on any device, in any dtype (or already on meta) can be measured; parameters must have their
+    full shapes (count before ZeRO-3 partitions them). Include the batch in `input_shape`:
     (1, C, T, H, W) gives the cost per view.
     """
     tensors = itertools.chain(model.named_parameters(), model.named_buffers())
     meta_state = {name: tensor.to("meta") for name, tensor in tensors}
-    inputs = torch.empty(tuple(input_shape), device="meta")
+    dtype = next((t.dtype for t in meta_state.values() if t.is_floating_point()), torch.float32)
+    inputs = torch.empty(tuple(input_shape), dtype=dtype, device="meta")  # in the model's dtype (bf16 too)
     was_training = model.training
     model.eval()
     try:

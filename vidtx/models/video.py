@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from vidtx.models.vit import ViTEncoder
 
@@ -15,7 +15,7 @@ class VideoTransformer(ViTEncoder):
     Keyword arguments not named here (img_size, patch_size, embed_dim, depth, ...) go to `ViTEncoder`.
     """
 
-    head: Any  # set by subclasses: features -> logits
+    head: nn.Module  # set by subclasses: features -> logits
 
     def __init__(
         self, *, num_classes: int = 400, num_frames: int = 8, head_dropout: float = 0.0, **encoder_kwargs: Any

@@ -129,7 +129,9 @@ class XViT(VideoTransformer):
     code, "per_head" = paper Eq. 9), `temporal_head` ("attention" or "average"), `summary_token`,
     `temporal_embedding` (a zero-initialised embedding of size T added to every token),
     `official_compat` (the released code's quirks: 8 temporal-embedding slots reused for frames 8..15,
-    mixing in independent chunks of 8 frames, and the Linear+tanh pre-logits of the IN-21k ViT).
+    mixing in independent segments of 8 frames, and the Linear+tanh pre-logits of the IN-21k ViT),
+    `segment_frames` (frames per independently mixed segment; default: the whole clip, or 8 with
+    official_compat as in the Kinetics configs; the released SSv2 model used 16).
     Other keyword arguments go to `VideoTransformer` / `ViTEncoder`.
     """
 
@@ -144,19 +146,23 @@ class XViT(VideoTransformer):
         summary_token: bool = False,
         temporal_embedding: bool = True,
         official_compat: bool = False,
+        segment_frames: int | None = None,
         **kwargs: Any,
     ) -> None:
         if temporal_head not in TEMPORAL_HEADS:
             raise ValueError(f"temporal_head must be one of {TEMPORAL_HEADS}, got {temporal_head!r}")
-        token_frames = num_frames // tubelet_size
         if official_compat and (tubelet_size != 1 or num_frames % OFFICIAL_SEGMENTS):
             raise ValueError(
                 f"official_compat needs per-frame tokens and a multiple of {OFFICIAL_SEGMENTS} frames"
             )
-        self.segment_frames = OFFICIAL_SEGMENTS if official_compat else token_frames
+        token_frames = num_frames // tubelet_size
+        if segment_frames is None:
+            segment_frames = OFFICIAL_SEGMENTS if official_compat else token_frames
+        if token_frames % segment_frames:
+            raise ValueError(f"{token_frames} frames do not split into segments of {segment_frames}")
         attention = partial(
             SpaceTimeMixingAttention,
-            num_frames=self.segment_frames,
+            num_frames=segment_frames,
             shift_div=shift_div,
             layout=mix_layout,
             summary_token=summary_token,
@@ -168,8 +174,9 @@ class XViT(VideoTransformer):
             **kwargs,
         )
         dim = self.embed_dim
+        embed_slots = OFFICIAL_SEGMENTS if official_compat else token_frames
         self.temporal_embed = (
-            nn.Parameter(torch.zeros(1, self.segment_frames, 1, dim)) if temporal_embedding else None
+            nn.Parameter(torch.zeros(1, embed_slots, 1, dim)) if temporal_embedding else None
         )
         self.pre_logits = (
             nn.Sequential(OrderedDict(fc=nn.Linear(dim, dim), act=nn.Tanh()))
@@ -193,6 +200,7 @@ class XViT(VideoTransformer):
         """Per-frame class-token features (B, T', D) (through pre_logits in official_compat mode)."""
         x = self.frame_sequences(clips)  # (B, T', 1 + N, D)
         if self.temporal_embed is not None:
-            # (B, T'/segment, segment, 1 + N, D) + (1, segment, 1, D): one slot per frame of a segment
-            x = (x.unflatten(1, (-1, self.segment_frames)) + self.temporal_embed).flatten(1, 2)
+            # (B, T'/slots, slots, 1 + N, D) + (1, slots, 1, D): official_compat reuses 8 slots
+            slots = self.temporal_embed.shape[1]
+            x = (x.unflatten(1, (-1, slots)) + self.temporal_embed).flatten(1, 2)
         return self.pre_logits(self.encode_frames(x))
