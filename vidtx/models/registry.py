@@ -36,17 +36,23 @@ class Preset:
 _B16 = {"img_size": 224, "patch_size": 16, "embed_dim": 768, "depth": 12, "num_heads": 12, "num_classes": 400}
 # Small enough to train in minutes on 2 CPU cores at 56x56 and 8 frames.
 _TINY = {"img_size": 56, "patch_size": 8, "embed_dim": 96, "depth": 4, "num_heads": 4, "num_classes": 10}
+# The paper's SSv2 setting: half the key/value channels mixed, one temporal-attention layer.
+_XVIT = {"shift_div": 4, "mix_layout": "embed", "temporal_head": "attention"}
 _SPATIAL_ONLY = {"shift_div": 0, "temporal_head": "average", "temporal_embedding": False}
 _VIVIT_TINY = {"tubelet_size": 2, "temporal_depth": 1}
 
 PRESETS: dict[str, Preset] = {
     "xvit_b16_8x224": Preset(
-        XViT, "X-ViT B/16, 50% of k/v channels mixed, temporal-attention head", {**_B16, "num_frames": 8}
+        XViT,
+        "X-ViT B/16, 50% of k/v channels mixed, temporal-attention head",
+        {**_B16, "num_frames": 8, **_XVIT},
     ),
     "xvit_b16_16x224": Preset(
-        XViT, "X-ViT B/16, 50% of k/v channels mixed, temporal-attention head", {**_B16, "num_frames": 16}
+        XViT,
+        "X-ViT B/16, 50% of k/v channels mixed, temporal-attention head",
+        {**_B16, "num_frames": 16, **_XVIT},
     ),
-    "xvit_tiny": Preset(XViT, "X-ViT, tiny (CPU tests and the demo)", {**_TINY, "num_frames": 8}),
+    "xvit_tiny": Preset(XViT, "X-ViT, tiny (CPU tests and the demo)", {**_TINY, "num_frames": 8, **_XVIT}),
     "spatial_avg_b16_8x224": Preset(
         XViT, "spatial-only attention + temporal averaging", {**_B16, "num_frames": 8, **_SPATIAL_ONLY}
     ),
