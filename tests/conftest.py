@@ -3,3 +3,59 @@
 from vidtx.env import apply_defaults
 
 apply_defaults()
+
+
+# --- data: real MP4 files written with PyAV ------------------------------------------------------
+
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+def pattern_frames(num_frames: int, width: int, height: int) -> np.ndarray:
+    """Frames that all differ (a diagonal ramp shifted by 9 levels per frame), uint8 (T, H, W, 3)."""
+    y, x = np.mgrid[0:height, 0:width]
+    t = np.arange(num_frames)[:, None, None]
+    red = (3 * x + 9 * t) % 256
+    green = np.broadcast_to((3 * y) % 256, red.shape)
+    blue = np.broadcast_to((30 * t) % 256, red.shape)
+    return np.stack([red, green, blue], axis=-1).astype(np.uint8)
+
+
+@pytest.fixture
+def write_mp4() -> Callable[..., Path]:
+    """`write_mp4(path, num_frames=12, width=64, height=48, fps=12.0)`: a real H.264 MP4 file."""
+    from vidtx.data.encode import encode_mp4
+
+    def write(path: Path, num_frames: int = 12, width: int = 64, height: int = 48, fps: float = 12.0) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(encode_mp4(pattern_frames(num_frames, width, height), fps))
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A small synthetic dataset (4 classes, 6 train and 3 val videos per class, 8 frames of 32x32)
+    and its shards (5 samples per shard): (dataset folder, shard folder)."""
+    from vidtx.config import ShardConfig, SynthConfig
+    from vidtx.data.shard import shard_dataset
+    from vidtx.data.synthetic import generate_dataset
+
+    root = tmp_path_factory.mktemp("synthetic")
+    synth = SynthConfig(
+        output=root / "videos",
+        classes=["moving_left", "moving_right", "growing", "shrinking"],
+        videos_per_class={"train": 6, "val": 3},
+        num_frames=8,
+        size=32,
+        fps=8,
+    )
+    annotations = generate_dataset(synth)
+    shard_dataset(
+        ShardConfig(source=annotations, output=root / "shards", max_samples_per_shard=5, processes=1)
+    )
+    return root / "videos", root / "shards"

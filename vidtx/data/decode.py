@@ -154,7 +154,7 @@ def check_container(data: bytes) -> None:
             if not container.streams.video:
                 raise VideoDecodeError("no video stream")
     except av.FFmpegError as err:
-        raise VideoDecodeError(f"not a video ({err.strerror or err})") from err
+        raise VideoDecodeError(f"not a readable video container ({err.strerror or err})") from err
 
 
 def probe_video(data: bytes, backend: Backend = "auto") -> VideoInfo:
