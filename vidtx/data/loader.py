@@ -60,12 +60,15 @@ def _frames(video: Video, indices: np.ndarray) -> np.ndarray:
     return video.frames(unique.tolist())[inverse.reshape(indices.shape)]
 
 
+def _dataloader_worker() -> int:
+    return wds.utils.pytorch_worker_info()[2]
+
+
 def _train_clips(
-    samples: Iterable[dict[str, Any]], cfg: DataConfig, seed: int, epoch: int
+    samples: Iterable[dict[str, Any]], cfg: DataConfig, seed: int, epoch: int, rank: int
 ) -> Iterator[tuple[torch.Tensor, int]]:
     """Decode each video once and yield `cfg.repeated_sampling` augmented clips (C, T, H, W) of it."""
-    rank, _, worker, _ = wds.utils.pytorch_worker_info()
-    rng = np.random.default_rng([seed, epoch, rank, worker])
+    rng = np.random.default_rng([seed, epoch, rank, _dataloader_worker()])
     sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
     transform = TrainTransform(cfg.crop_size, cfg.scale_range, cfg.horizontal_flip, cfg.mean, cfg.std)
     for sample in samples:
@@ -123,7 +126,8 @@ class TrainLoader:
     def __init__(self, cfg: DataConfig, batch_size: int, seed: int, epoch: int) -> None:
         self.cfg, self.batch_size, self.seed, self.epoch = cfg, batch_size, seed, epoch
         self.manifest = load_manifest(cfg.shards, cfg.train_split)
-        _, world_size, _, _ = wds.utils.pytorch_worker_info()
+        # Resolved here, in the training process: DataLoader workers see no torch.distributed group.
+        self.rank, world_size, _, _ = wds.utils.pytorch_worker_info()
         self.batches_per_epoch = math.ceil(self.manifest.num_samples / world_size / batch_size)
 
     def __len__(self) -> int:
@@ -131,14 +135,17 @@ class TrainLoader:
 
     def __iter__(self) -> Iterator[TrainBatch]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        shards = wds.ResampledShards(
-            self.manifest.shard_urls(), seed=wds.utils.make_seed(self.seed, epoch), deterministic=True
-        )  # each rank and DataLoader worker draws its own sequence (seeded by rank * 1000 + worker)
+        shards = wds.ResampledShards(  # its own shard sequence for every (seed, epoch, rank, worker)
+            self.manifest.shard_urls(),
+            seed=wds.utils.make_seed(self.seed, epoch, self.rank),
+            worker_seed=_dataloader_worker,
+            deterministic=True,
+        )
         dataset = wds.DataPipeline(
             shards,
             wds.tarfile_to_samples(handler=wds.warn_and_continue),
             wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
-            partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch),
+            partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
         )
         loader = _web_loader(dataset, self.cfg.num_workers).with_epoch(self.batches_per_epoch)
@@ -162,18 +169,16 @@ def build_eval_loader(
     world_size: int | None = None,
 ) -> wds.WebLoader:
     """Evaluation batches (views float32 (B, V, C, T, H, W) with V = clips x crops, labels (B,),
-    source keys); `rank`/`world_size` default to the environment (RANK / WORLD_SIZE)."""
+    source keys); `rank`/`world_size` default to RANK / WORLD_SIZE or the torch.distributed group."""
     urls = load_manifest(cfg.shards, split).shard_urls()
-    if rank is None or world_size is None:
-        node_splitter = wds.split_by_node
-    else:
-        urls, node_splitter = urls[rank::world_size], None
-    stages = [
-        wds.SimpleShardList(urls),
-        node_splitter,
+    # Split by node here, in the evaluating process: DataLoader workers see no torch.distributed group
+    # (and, under forkserver, only the environment the server started with).
+    urls = list(wds.split_by_node(urls)) if rank is None or world_size is None else urls[rank::world_size]
+    dataset = wds.DataPipeline(
+        wds.SimpleShardList(urls) if urls else [],  # a rank without shards yields no batch
         wds.split_by_worker,
         wds.tarfile_to_samples(handler=wds.warn_and_continue),
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
-    ]
-    return _web_loader(wds.DataPipeline(*[stage for stage in stages if stage is not None]), cfg.num_workers)
+    )
+    return _web_loader(dataset, cfg.num_workers)
