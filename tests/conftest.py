@@ -59,3 +59,31 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
         ShardConfig(source=annotations, output=root / "shards", max_samples_per_shard=5, processes=1)
     )
     return root / "videos", root / "shards"
+
+
+# --- training: a pipeline config over the synthetic shards ---------------------------------------
+
+from vidtx.config import PipelineConfig, load_config  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(synthetic_shards: tuple[Path, Path]) -> PipelineConfig:
+    """The demo pipeline shrunk to the session's synthetic shards (xvit_tiny at 32x32, 4 frames)."""
+    _, shards = synthetic_shards
+    return load_config(
+        None,
+        [
+            f"data.shards={shards}",
+            "data.num_frames=4",
+            "data.short_side=32",
+            "data.crop_size=32",
+            "data.num_workers=0",
+            "model.name=xvit_tiny",
+            "train.num_workers=2",
+            "train.micro_batch_size=4",
+            "train.optimizer={name: adamw, lr: 0.002, weight_decay: 0.01}",
+            "train.log_every=1",
+            "eval.split=val",
+            "eval.batch_size=4",
+        ],
+    )

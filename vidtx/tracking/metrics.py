@@ -38,6 +38,11 @@ class RankZeroMetrics:
         if self.enabled and step > self.skip_through:
             mlflow.log_metrics(metrics, step=step)
 
+    def log_always(self, metrics: dict[str, float], step: int) -> None:
+        """Log events that may repeat a step (e.g. a restart at a step already logged)."""
+        if self.enabled:
+            mlflow.log_metrics(metrics, step=step)
+
     def close(self) -> None:
         if self.enabled:
             mlflow.end_run()

@@ -35,6 +35,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 def train_loop_per_worker(payload: dict[str, Any]) -> None:
     """Ray Train entry point. `payload`: the resolved config plus the MLflow run to log into."""
+    logging.getLogger("vidtx").setLevel(logging.INFO)  # Ray's worker log handler prints it
     WorkerTrainer(payload).fit()
 
 
@@ -53,6 +54,9 @@ class WorkerTrainer:
         model = build_model(
             self.cfg.model, num_classes=self.num_classes, num_frames=data.num_frames, img_size=data.crop_size
         )
+        # Counted before DeepSpeed wraps the model (ZeRO-3 partitions the parameters).
+        # Forward + backward = 3 forwards; a MAC is 2 FLOPs.
+        flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
         optimizer = build_optimizer(model, train.optimizer)
         scheduler = build_scheduler(optimizer, train.schedule, train.max_steps)
         self.engine, *_ = deepspeed.initialize(
@@ -69,7 +73,8 @@ class WorkerTrainer:
         torch.manual_seed(train.seed + 1000 * self.rank + self.state.step)  # dropout / drop path
         self.rng = np.random.default_rng([train.seed, self.rank, self.state.step])  # mixup
         self.metrics = RankZeroMetrics(self.rank, payload["tracking_uri"], payload["mlflow_run_id"])
-        flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size))
+        if restored:
+            self.metrics.log_always({"train/resumed_from_step": float(self.state.step)}, self.state.step)
         peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
         self.meter = ThroughputMeter(self.world_size, flops, peak)
 
