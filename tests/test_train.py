@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from mlflow import MlflowClient
@@ -16,6 +27,12 @@ from vidtx.tracking.runs import RUN_NAME_TAG
 from vidtx.train.launcher import TrainResult, train
 
 pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def run_config(dataset: PipelineConfig, tmp_path: Path, **train: object) -> PipelineConfig:
@@ -95,3 +112,87 @@ def test_restarted_run_continues_from_its_checkpoint(tiny_dataset: PipelineConfi
     assert history(second, "train/resumed_from_step") == {4: 4.0}  # not reset to 0
     assert sorted(history(second, STEP_METRIC)) == [1, 2, 3, 4, 5, 6]
     assert history(second, "train/samples_seen")[6] == 6 * 2 * config.train.micro_batch_size
+
+
+def _kill_a_worker_after(tracking_uri: str, step: int, killed: list[int]) -> None:
+    """Wait until the run has logged `step`, then SIGKILL one Ray Train worker process."""
+    client = MlflowClient(tracking_uri)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        runs = client.search_runs([experiment.experiment_id for experiment in client.search_experiments()])
+        if runs and any(p.step >= step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)):
+            break
+        time.sleep(0.5)
+    for process in psutil.process_iter(["cmdline"]):
+        if any("RayTrainWorker" in part for part in process.info["cmdline"] or []):
+            process.send_signal(signal.SIGKILL)
+            killed.append(process.pid)
+            return
+
+
+def test_killed_worker_restarts_from_the_latest_checkpoint(
+    tiny_dataset: PipelineConfig, tmp_path: Path
+) -> None:
+    config = run_config(
+        tiny_dataset, tmp_path, max_steps=120, checkpoint_every=10, max_failures=1, precision="fp32"
+    )
+    killed: list[int] = []
+    tracking_uri = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    killer = threading.Thread(target=_kill_a_worker_after, args=(tracking_uri, 25, killed), daemon=True)
+    killer.start()
+    result = train(config, run_name="killed")
+    killer.join(timeout=10)
+    assert killed, "no Ray Train worker was found to kill"
+    assert result.metrics["step"] == 120
+    restarts = history(result, "train/resumed_from_step")
+    assert len(restarts) == 1
+    (resumed_at,) = restarts
+    # a checkpoint from before the kill (Ray registers reports asynchronously, so not always the
+    # newest one the workers wrote), never a restart from 0
+    assert 10 <= resumed_at <= 25
+    assert resumed_at % 10 == 0
+    assert sorted(history(result, STEP_METRIC)) == list(range(1, 121))  # every step once
+    assert history(result, "train/samples_seen")[120] == 120 * 2 * config.train.micro_batch_size
+    client = MlflowClient(result.tracking_uri)
+    assert len(client.search_runs([client.get_run(result.mlflow_run_id).info.experiment_id])) == 1
+
+
+@pytest.fixture
+def ray_cluster() -> Iterator[str]:
+    """A real one-node Ray cluster started with `ray start --head`; yields its Jobs API address."""
+    port, dashboard_port = free_port(), free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    bin_dir = Path(sys.executable).parent
+    env = os.environ | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RAY_AUTH_MODE": "disabled"}
+    ray = str(bin_dir / "ray")
+    subprocess.run(
+        [ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--dashboard-host=127.0.0.1",
+         f"--dashboard-port={dashboard_port}", f"--temp-dir={temp_dir}", "--disable-usage-stats"],
+        env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{dashboard_port}"
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, check=False, capture_output=True, timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_cluster_address_submits_a_ray_job(
+    tiny_dataset: PipelineConfig, tmp_path: Path, ray_cluster: str, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    config = run_config(tiny_dataset, tmp_path, max_steps=2, checkpoint_every=2, precision="fp32")
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster)
+    progress: list[int] = []
+    result = train(
+        config, run_name="on-cluster", tags={"origin": "test"}, progress=lambda s, n, m: progress.append(s)
+    )
+    assert result.run_name == "on-cluster"
+    assert result.metrics["step"] == 2
+    assert Path(result.checkpoint, "state").is_dir()
+    assert "vidtx.train" in capfd.readouterr().out  # the job's logs were followed
+    client = MlflowClient(result.tracking_uri)
+    run = client.get_run(result.mlflow_run_id)
+    assert run.data.tags["origin"] == "test"
+    assert run.data.tags["vidtx.manifest_hash"]  # added by the job itself
+    assert progress
+    assert progress[-1] == 2

@@ -224,11 +224,44 @@ def inspect(
             typer.echo(f"contact sheet: {sheet}")
 
 
+def _tags(pairs: list[str]) -> dict[str, str]:
+    tags = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--tag {pair}: expected KEY=VALUE")
+        tags[key] = value
+    return tags
+
+
 @app.command()
-def train(config: ConfigArg, overrides: OverridesOpt = None) -> None:
-    """Train with Ray Train + DeepSpeed (local Ray, or a cluster via RAY_ADDRESS)."""
-    load_config(config, overrides or [])
-    not_implemented("train")
+def train(
+    config: ConfigArg,
+    overrides: OverridesOpt = None,
+    tags: Annotated[
+        list[str] | None, typer.Option("--tag", help="MLflow run tag KEY=VALUE (repeatable).")
+    ] = None,
+) -> None:
+    """Train with Ray Train + DeepSpeed (local Ray, or a cluster via RAY_ADDRESS / train.cluster.address).
+
+    The same train.run_name and storage path resume a stopped run from its latest checkpoint."""
+    import dataclasses
+    import json
+
+    from vidtx.train.launcher import RESULT_MARKER
+    from vidtx.train.launcher import train as run_training
+
+    cfg = load_config(config, overrides or [])
+    result = run_training(cfg, tags=_tags(tags or []))
+    metrics = ", ".join(
+        f"{key} {value:.4g}" for key, value in result.metrics.items() if isinstance(value, float)
+    )
+    typer.echo(f"run:         {result.run_name} (resume with --set train.run_name={result.run_name})")
+    typer.echo(f"checkpoints: {result.storage_path}/{result.run_name}")
+    typer.echo(f"  latest:    {result.checkpoint}\n  best:      {result.best_checkpoint}")
+    typer.echo(f"MLflow:      run {result.mlflow_run_id} at {result.tracking_uri}")
+    typer.echo(f"metrics:     {metrics}")
+    typer.echo(RESULT_MARKER + json.dumps(dataclasses.asdict(result)))
 
 
 @app.command()
