@@ -87,3 +87,24 @@ def tiny_dataset(synthetic_shards: tuple[Path, Path]) -> PipelineConfig:
             "eval.batch_size=4",
         ],
     )
+
+
+@pytest.fixture(scope="session")
+def trained_run(tiny_dataset: PipelineConfig, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """A tiny X-ViT trained for 60 steps by 2 Ray workers (ZeRO-1, fp32): (config, TrainResult)."""
+    from vidtx.train.launcher import train
+
+    workdir = tmp_path_factory.mktemp("trained")
+    config = tiny_dataset.model_copy(deep=True)
+    config.workdir = workdir
+    config.train = config.train.model_copy(
+        update={
+            "storage_path": str(workdir / "ray"),
+            "max_steps": 60,
+            "checkpoint_every": 60,
+            "log_every": 10,
+        }
+    )
+    config.train.optimizer.lr = 0.003
+    config.train.precision = "fp32"
+    return config, train(config, run_name="trained")

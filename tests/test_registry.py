@@ -1,0 +1,80 @@
+"""Registering models in MLflow: versions, champion/challenger aliases, loading back by alias."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from vidtx.eval.evaluate import EvalResult, evaluate, load_trained_model
+from vidtx.tracking.registry import load_model, register
+
+pytestmark = pytest.mark.slow
+
+
+def constant_predictor(model: torch.nn.Module) -> torch.nn.Module:
+    """The same network with a head that always answers class 0: a strictly worse model."""
+    worse = copy.deepcopy(model)
+    head = worse.head.fc if hasattr(worse.head, "fc") else worse.head
+    final = [module for module in head.modules() if isinstance(module, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        final.weight.zero_()
+        final.bias.copy_(torch.nn.functional.one_hot(torch.tensor(0), final.bias.numel()).float())
+    return worse
+
+
+def evaluation_of(model: torch.nn.Module, config, checkpoint: Path) -> EvalResult:
+    path = checkpoint / "model.pt"
+    from vidtx.models import save_checkpoint
+
+    save_checkpoint(model, path)
+    return evaluate(config, str(path))
+
+
+def test_aliases_follow_the_metric(trained_run: tuple, tmp_path: Path) -> None:
+    config, result = trained_run
+    config = config.model_copy(deep=True)
+    config.eval.split, config.eval.num_crops = "train", 1  # the memorised split: trained >> constant
+    config.registry.model_name = "aliases-test"
+    client = MlflowClient(result.tracking_uri, registry_uri=result.tracking_uri)
+    trained = load_trained_model(config, result.checkpoint)
+    worse = constant_predictor(trained)
+    trained_eval = evaluation_of(trained, config, tmp_path / "a")
+    worse_eval = evaluation_of(worse, config, tmp_path / "b")
+    assert worse_eval.metrics()["top1"] == pytest.approx(0.25)  # balanced 4-class split
+    assert trained_eval.metrics()["top1"] > 0.25
+
+    first = register(worse, config, worse_eval, client=client, run_id=result.mlflow_run_id)
+    assert (first.version, first.promoted) == ("1", True)
+    assert set(first.aliases) == {"champion", "challenger"}
+
+    better = register(trained, config, trained_eval, client=client, run_id=result.mlflow_run_id)
+    assert (better.version, better.promoted) == ("2", True)
+    assert str(client.get_model_version_by_alias("aliases-test", "champion").version) == "2"
+
+    again_worse = register(worse, config, worse_eval, client=client, run_id=result.mlflow_run_id)
+    assert (again_worse.version, again_worse.promoted) == ("3", False)
+    assert "does not beat" in again_worse.reason
+    assert str(client.get_model_version_by_alias("aliases-test", "champion").version) == "2"
+    assert str(client.get_model_version_by_alias("aliases-test", "challenger").version) == "3"
+
+    # a metric measured on another split is not comparable: no promotion whatever its value
+    config.eval.split = "val"
+    other_split = evaluation_of(trained, config, tmp_path / "c")
+    incomparable = register(trained, config, other_split, client=client, run_id=result.mlflow_run_id)
+    assert not incomparable.promoted
+    assert "not comparable" in incomparable.reason
+
+    version = client.get_model_version("aliases-test", "2")
+    assert "vidtx.metric.top1" in version.tags
+    assert "GFLOPs per view" in version.description  # the model card
+
+    loaded = load_model("models:/aliases-test@champion", tracking_uri=result.tracking_uri)
+    assert loaded.class_names == trained_eval.class_names
+    assert loaded.config.model.name == config.model.name
+    clips = torch.randn(3, 3, config.data.num_frames, config.data.crop_size, config.data.crop_size)
+    with torch.no_grad():
+        assert torch.allclose(loaded.module(clips), trained(clips), atol=1e-5)

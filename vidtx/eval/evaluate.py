@@ -1,0 +1,187 @@
+"""Multi-view evaluation of a trained model on a sharded split, in one process or over Ray workers.
+
+Every video gives `num_clips x num_crops` views; the per-view logits are combined per video both by
+summing logits and by averaging softmax probabilities, and both are reported (`eval.ensemble` picks
+the primary one, which decides model promotion).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import ray
+import torch
+from torch import nn
+
+from vidtx.config import DataConfig, PipelineConfig
+from vidtx.data.loader import build_eval_loader
+from vidtx.data.manifest import load_manifest
+from vidtx.eval.metrics import ClassificationMetrics, classification_metrics, combine_views, video_loss
+from vidtx.models import build_model, create_model
+from vidtx.models.weights import Checkpoint, read_checkpoint
+from vidtx.train.checkpoint import consolidated_state_dict
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class ViewLogits:
+    """Per-view logits of the videos one worker evaluated."""
+
+    logits: torch.Tensor  # (N, V, K)
+    labels: torch.Tensor  # (N,)
+    keys: list[str]
+
+    @staticmethod
+    def concat(parts: list[ViewLogits]) -> ViewLogits:
+        parts = [part for part in parts if part.keys]
+        if not parts:
+            return ViewLogits(torch.empty(0), torch.empty(0, dtype=torch.int64), [])
+        return ViewLogits(
+            torch.cat([p.logits for p in parts]),
+            torch.cat([p.labels for p in parts]),
+            sum((p.keys for p in parts), []),
+        )
+
+
+@dataclasses.dataclass
+class EvalResult:
+    split: str
+    views: str  # "clips x crops"
+    primary: str  # the ensemble that `metrics()` reports unprefixed
+    by_ensemble: dict[str, ClassificationMetrics]
+    loss: float
+    num_videos: int
+    num_skipped: int  # in the manifest but not decodable now
+    class_names: list[str]
+    manifest_hash: str
+    checkpoint: str
+
+    def metrics(self) -> dict[str, float]:
+        """Flat scalars: the primary ensemble unprefixed, then every ensemble under its name."""
+        flat = self.by_ensemble[self.primary].scalars()
+        for ensemble, metrics in self.by_ensemble.items():
+            flat |= metrics.scalars(f"{ensemble}/")
+        return flat | {
+            "loss": self.loss,
+            "videos": float(self.num_videos),
+            "skipped": float(self.num_skipped),
+        }
+
+
+def load_trained_model(config: PipelineConfig, checkpoint: str) -> nn.Module:
+    """A model in eval mode from a Ray/DeepSpeed checkpoint directory (path or URI) or a vidtx `.pt` file."""
+    if checkpoint.endswith(".pt"):
+        spec = read_checkpoint(checkpoint)
+        model = create_model(spec.model_name, **spec.model_kwargs)
+        model.load_state_dict(spec.state_dict)
+        return model.eval()
+    num_classes = load_manifest(config.data.shards, config.data.train_split).num_classes
+    data = config.data
+    model = build_model(
+        config.model, num_classes=num_classes, num_frames=data.num_frames, img_size=data.crop_size
+    )
+    with ray.train.Checkpoint(checkpoint).as_directory() as directory:
+        model.load_state_dict(consolidated_state_dict(directory, model))
+    return model.eval()
+
+
+@torch.no_grad()
+def predict_split(
+    model: nn.Module,
+    data: DataConfig,
+    split: str,
+    *,
+    num_clips: int,
+    num_crops: int,
+    batch_size: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> ViewLogits:
+    """Per-view logits for this rank's share of the split's shards."""
+    model.eval()
+    loader = build_eval_loader(
+        data,
+        split,
+        batch_size=batch_size,
+        num_clips=num_clips,
+        num_crops=num_crops,
+        rank=rank,
+        world_size=world_size,
+    )
+    logits, labels, keys = [], [], []
+    for views, batch_labels, batch_keys in loader:  # views (B, V, C, T, H, W)
+        batch, num_views = views.shape[:2]
+        out = model(views.flatten(0, 1))  # (B*V, K)
+        logits.append(out.float().view(batch, num_views, -1))
+        labels.append(batch_labels)
+        keys.extend(batch_keys)
+    if not keys:
+        return ViewLogits(torch.empty(0), torch.empty(0, dtype=torch.int64), [])
+    return ViewLogits(torch.cat(logits), torch.cat(labels), keys)
+
+
+@ray.remote(num_cpus=1)
+def _predict_remote(spec: Checkpoint, data: DataConfig, split: str, kwargs: dict[str, Any]) -> ViewLogits:
+    model = create_model(spec.model_name, **spec.model_kwargs)
+    model.load_state_dict(spec.state_dict)
+    return predict_split(model, data, split, **kwargs)
+
+
+def evaluate(config: PipelineConfig, checkpoint: str) -> EvalResult:
+    """Evaluate `checkpoint` on `config.eval.split` with the configured views, in one process when
+    `eval.num_workers == 1`, else over that many Ray tasks (shards split between them)."""
+    eval_cfg, data = config.eval, config.data
+    manifest = load_manifest(data.shards, eval_cfg.split)
+    model = load_trained_model(config, checkpoint)
+    kwargs = {
+        "num_clips": eval_cfg.num_clips,
+        "num_crops": eval_cfg.num_crops,
+        "batch_size": eval_cfg.batch_size,
+    }
+    if eval_cfg.num_workers == 1:
+        outputs = predict_split(model, data, eval_cfg.split, **kwargs)
+    else:
+        spec = Checkpoint(model.model_spec["name"], model.model_spec["kwargs"], model.state_dict())
+        started_ray = not ray.is_initialized()
+        if started_ray:
+            ray.init()
+        try:
+            spec_ref = ray.put(spec)
+            world = eval_cfg.num_workers
+            futures = [
+                _predict_remote.remote(
+                    spec_ref, data, eval_cfg.split, kwargs | {"rank": rank, "world_size": world}
+                )
+                for rank in range(world)
+            ]
+            outputs = ViewLogits.concat(ray.get(futures))
+        finally:
+            if started_ray:
+                ray.shutdown()
+    if not outputs.keys:
+        raise RuntimeError(f"no video of split '{eval_cfg.split}' in {data.shards} could be evaluated")
+    scores = combine_views(outputs.logits)
+    result = EvalResult(
+        split=eval_cfg.split,
+        views=f"{eval_cfg.num_clips}x{eval_cfg.num_crops}",
+        primary=eval_cfg.ensemble,
+        by_ensemble={name: classification_metrics(score, outputs.labels) for name, score in scores.items()},
+        loss=video_loss(outputs.logits, outputs.labels),
+        num_videos=len(outputs.keys),
+        num_skipped=manifest.num_samples - len(outputs.keys),
+        class_names=manifest.class_names,
+        manifest_hash=manifest.content_hash,
+        checkpoint=str(checkpoint),
+    )
+    logger.info(
+        "%s: top-1 %.3f (%s), %d videos, %d skipped",
+        eval_cfg.split,
+        result.metrics()["top1"],
+        eval_cfg.ensemble,
+        result.num_videos,
+        result.num_skipped,
+    )
+    return result

@@ -1,0 +1,58 @@
+"""Evaluation reports: a confusion-matrix figure and a per-class table."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from vidtx.eval.metrics import ClassificationMetrics
+
+
+def confusion_figure(metrics: ClassificationMetrics, class_names: Sequence[str], title: str = "") -> Figure:
+    """Row-normalised confusion matrix (rows: true class) with counts in the cells."""
+    size = max(4.0, 0.45 * len(class_names) + 2.0)
+    figure = Figure(figsize=(size, size * 0.9), layout="constrained")
+    axes = figure.add_subplot()
+    counts = metrics.confusion
+    rates = [[cell / max(sum(row), 1) for cell in row] for row in counts]
+    image = axes.imshow(rates, cmap="Blues", vmin=0.0, vmax=1.0)
+    ticks = range(len(class_names))
+    axes.set_xticks(ticks, class_names, rotation=60, ha="right", fontsize=8)
+    axes.set_yticks(ticks, class_names, fontsize=8)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    axes.set_title(title or f"top-1 {metrics.top1:.1%} on {metrics.num_videos} videos")
+    if len(class_names) <= 30:
+        for row, values in enumerate(counts):
+            for column, count in enumerate(values):
+                if count:
+                    color = "white" if rates[row][column] > 0.5 else "black"
+                    axes.text(column, row, str(count), ha="center", va="center", fontsize=7, color=color)
+    figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
+    return figure
+
+
+def per_class_rows(
+    by_ensemble: dict[str, ClassificationMetrics], class_names: Sequence[str]
+) -> list[dict[str, object]]:
+    """One row per class: support and accuracy under each view ensemble."""
+    first = next(iter(by_ensemble.values()))
+    rows = []
+    for index, name in enumerate(class_names):
+        row: dict[str, object] = {"class_id": index, "class": name, "support": sum(first.confusion[index])}
+        for ensemble, metrics in by_ensemble.items():
+            row[f"accuracy_{ensemble}"] = metrics.per_class_accuracy[index]
+        rows.append(row)
+    return rows
+
+
+def write_csv(rows: list[dict[str, object]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

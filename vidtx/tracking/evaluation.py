@@ -1,0 +1,44 @@
+"""Evaluation results into the training run's MLflow run: metrics, confusion matrix, per-class table."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+
+from vidtx.eval.evaluate import EvalResult
+from vidtx.eval.report import confusion_figure, per_class_rows, write_csv
+
+
+def log_evaluation(client: MlflowClient, run_id: str, result: EvalResult) -> dict[str, str]:
+    """Log `result` under `eval/<split>/…`; returns the artifact paths (relative to the run)."""
+    prefix = f"eval/{result.split}"
+    timestamp = int(time.time() * 1000)
+    metrics = [Metric(f"{prefix}/{name}", value, timestamp, 0) for name, value in result.metrics().items()]
+    client.log_batch(run_id, metrics=metrics)
+    for key, value in {
+        "views": result.views,
+        "ensemble": result.primary,
+        "manifest_hash": result.manifest_hash,
+    }.items():
+        client.set_tag(run_id, f"vidtx.{prefix}.{key}".replace("/", "."), value)
+
+    primary = result.by_ensemble[result.primary]
+    figure = confusion_figure(
+        primary, result.class_names, f"{result.split}, {result.views} views, {result.primary}"
+    )
+    artifacts = {"confusion_matrix": f"{prefix}/confusion_matrix.png"}
+    client.log_figure(run_id, figure, artifacts["confusion_matrix"])
+    rows = per_class_rows(result.by_ensemble, result.class_names)
+    artifacts["per_class_table"] = f"{prefix}/per_class.json"
+    client.log_table(
+        run_id, {column: [row[column] for row in rows] for column in rows[0]}, artifacts["per_class_table"]
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        csv_path = write_csv(rows, Path(directory) / "per_class.csv")
+        client.log_artifact(run_id, str(csv_path), prefix)
+    artifacts["per_class_csv"] = f"{prefix}/per_class.csv"
+    return artifacts

@@ -1,0 +1,176 @@
+"""The MLflow Model Registry: log a trained model, register a version, move the aliases.
+
+Every new version gets alias `challenger`. `champion` moves to it only when it beats the current
+champion on the configured metric measured on the same evaluation split (same manifest hash and
+views); the first version becomes champion. Aliases only, never the deprecated stages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import torch
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from mlflow.models import ModelSignature
+from mlflow.types import Schema, TensorSpec
+from torch import nn
+
+from vidtx.config import PipelineConfig, RegistryConfig, dump_config, load_config
+from vidtx.eval.evaluate import EvalResult
+from vidtx.models import count_flops
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE, LABELS_FILE, CARD_FILE = "config.yaml", "labels.json", "MODEL_CARD.md"
+METRIC_TAG = "vidtx.metric.{}"
+SPLIT_TAG = "vidtx.eval_split"  # manifest hash + views: what makes two metrics comparable
+
+
+@dataclasses.dataclass
+class ModelVersionInfo:
+    name: str
+    version: str
+    model_uri: str  # models:/<name>/<version>
+    aliases: list[str]
+    promoted: bool  # became champion
+    reason: str  # why it did or did not become champion
+    run_id: str
+
+
+def _signature(num_frames: int, size: int, num_classes: int) -> ModelSignature:
+    clips = TensorSpec(np.dtype(np.float32), (-1, 3, num_frames, size, size), "clips")
+    logits = TensorSpec(np.dtype(np.float32), (-1, num_classes), "logits")
+    return ModelSignature(inputs=Schema([clips]), outputs=Schema([logits]))
+
+
+def model_card(
+    config: PipelineConfig, result: EvalResult, gflops: float, params: int, train_seconds: float | None
+) -> str:
+    rows = "\n".join(
+        f"| {name} | {m.top1:.4f} | {m.top5:.4f} | {m.mean_class_accuracy:.4f} |"
+        for name, m in result.by_ensemble.items()
+    )
+    hours = f"{train_seconds / 3600:.2f} h" if train_seconds else "unknown"
+    return f"""# {config.registry.model_name}
+
+Video classifier `{config.model.name}` ({params / 1e6:.2f} M parameters, {gflops:.2f} GFLOPs per view,
+multiply-adds), input clips (B, 3, {config.data.num_frames}, {config.data.crop_size}, {config.data.crop_size}),
+{len(result.class_names)} classes, normalised with mean {config.data.mean} and std {config.data.std}.
+
+- Training data: `{config.data.shards}` split `{config.data.train_split}`
+- Evaluation: split `{result.split}` (manifest hash `{result.manifest_hash}`), {result.views} views
+  (clips x crops), {result.num_videos} videos, {result.num_skipped} skipped
+- Training time: {hours}
+
+| ensemble | top-1 | top-5 | mean class accuracy |
+|---|---|---|---|
+{rows}
+
+Promotion metric: `{config.registry.metric}` of the `{result.primary}` ensemble.
+"""
+
+
+def _decide_promotion(
+    client: MlflowClient, registry: RegistryConfig, score: float, split_tag: str
+) -> tuple[bool, str]:
+    try:
+        champion = client.get_model_version_by_alias(registry.model_name, registry.champion_alias)
+    except MlflowException:
+        return True, "first version: no champion yet"
+    if champion.tags.get(SPLIT_TAG) != split_tag:
+        return False, f"champion v{champion.version} was evaluated on another split or views; not comparable"
+    best = float(champion.tags[METRIC_TAG.format(registry.metric)])
+    better = score > best if registry.greater_is_better else score < best
+    verdict = "beats" if better else "does not beat"
+    return better, f"{registry.metric} {score:.4f} {verdict} champion v{champion.version} ({best:.4f})"
+
+
+def register(
+    model: nn.Module,
+    config: PipelineConfig,
+    result: EvalResult,
+    *,
+    client: MlflowClient,
+    run_id: str,
+) -> ModelVersionInfo:
+    """Log `model` into run `run_id`, register it under `registry.model_name` and move the aliases."""
+    registry, data = config.registry, config.data
+    score = result.metrics()[registry.metric]
+    model = model.eval().float().cpu()
+    flops = count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size))
+    run = client.get_run(run_id)
+    train_seconds = (run.info.end_time - run.info.start_time) / 1000 if run.info.end_time else None
+    card = model_card(config, result, flops.gflops, sum(p.numel() for p in model.parameters()), train_seconds)
+    example = torch.zeros(2, 3, data.num_frames, data.crop_size, data.crop_size)  # batch 2: keeps B dynamic
+    mlflow.set_tracking_uri(client.tracking_uri)
+    mlflow.set_registry_uri(client.tracking_uri)
+    with tempfile.TemporaryDirectory() as directory:
+        files = {
+            CONFIG_FILE: dump_config(config),
+            LABELS_FILE: json.dumps(result.class_names),
+            CARD_FILE: card,
+        }
+        for name, text in files.items():
+            Path(directory, name).write_text(text)
+        with mlflow.start_run(run_id=run_id):
+            info = mlflow.pytorch.log_model(
+                model,
+                name="model",
+                signature=_signature(data.num_frames, data.crop_size, len(result.class_names)),
+                input_example=example.numpy(),
+                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
+                extra_files=[str(Path(directory, name)) for name in files],
+            )
+    split_tag = f"{result.manifest_hash}:{result.views}"
+    tags = {
+        METRIC_TAG.format(registry.metric): str(score),
+        SPLIT_TAG: split_tag,
+        "vidtx.gflops_per_view": f"{flops.gflops:.3f}",
+    }
+    version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
+    client.update_model_version(registry.model_name, version, description=card)
+    promote, reason = _decide_promotion(client, registry, score, split_tag)
+    client.set_registered_model_alias(registry.model_name, registry.challenger_alias, version)
+    if promote:
+        client.set_registered_model_alias(registry.model_name, registry.champion_alias, version)
+    aliases = client.get_model_version(registry.model_name, version).aliases
+    logger.info("registered %s v%s (%s); %s", registry.model_name, version, ", ".join(aliases), reason)
+    return ModelVersionInfo(
+        registry.model_name,
+        str(version),
+        f"models:/{registry.model_name}/{version}",
+        list(aliases),
+        promote,
+        reason,
+        run_id,
+    )
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A registered model ready for inference, with what it was trained on."""
+
+    module: nn.Module  # clips (B, 3, T, H, W) float32 -> logits (B, K)
+    config: PipelineConfig
+    class_names: list[str]
+
+
+def load_model(model_uri: str, tracking_uri: str | None = None) -> LoadedModel:
+    """Load `models:/<name>@<alias>` (or `/<version>`) with its config and class names."""
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_registry_uri(tracking_uri)
+    with tempfile.TemporaryDirectory() as directory:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=directory))
+        module = mlflow.pytorch.load_model(str(local))
+        extra = local / "extra_files"
+        config = load_config(extra / CONFIG_FILE)
+        class_names = json.loads((extra / LABELS_FILE).read_text())
+    return LoadedModel(module, config, class_names)
