@@ -39,11 +39,8 @@ class ViewLogits:
         parts = [part for part in parts if part.keys]
         if not parts:
             return ViewLogits(torch.empty(0), torch.empty(0, dtype=torch.int64), [])
-        return ViewLogits(
-            torch.cat([p.logits for p in parts]),
-            torch.cat([p.labels for p in parts]),
-            sum((p.keys for p in parts), []),
-        )
+        keys = [key for part in parts for key in part.keys]
+        return ViewLogits(torch.cat([p.logits for p in parts]), torch.cat([p.labels for p in parts]), keys)
 
 
 @dataclasses.dataclass
