@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -12,6 +12,9 @@ from pydantic import BaseModel, ValidationError
 from vidtx.config import ConfigError, dump_config, load_config
 from vidtx.env import apply_defaults
 from vidtx.log import setup_logging
+
+if TYPE_CHECKING:
+    from vidtx.eval.evaluate import EvalResult
 
 app = typer.Typer(
     name="vidtx",
@@ -264,18 +267,47 @@ def train(
     typer.echo(RESULT_MARKER + json.dumps(dataclasses.asdict(result)))
 
 
-@app.command()
-def evaluate(config: ConfigArg, overrides: OverridesOpt = None) -> None:
-    """Multi-view evaluation of a checkpoint or a registered model."""
-    load_config(config, overrides or [])
-    not_implemented("evaluate")
+CheckpointOpt = Annotated[
+    str | None,
+    typer.Option(help="Checkpoint dir/URI, model .pt or models:/name@alias (default: the run's best)."),
+]
+
+
+def _print_evaluation(result: EvalResult) -> None:
+    typer.echo(
+        f"{result.split}: {result.num_videos} videos ({result.num_skipped} skipped), views {result.views}"
+    )
+    for ensemble, metrics in result.by_ensemble.items():
+        marker = " (primary)" if ensemble == result.primary else ""
+        typer.echo(
+            f"  {ensemble:10s} top-1 {metrics.top1:.4f}  top-5 {metrics.top5:.4f}  "
+            f"mean class acc {metrics.mean_class_accuracy:.4f}{marker}"
+        )
 
 
 @app.command()
-def register(config: ConfigArg, overrides: OverridesOpt = None) -> None:
-    """Log the model to MLflow, register a version and move the aliases."""
-    load_config(config, overrides or [])
-    not_implemented("register")
+def evaluate(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: CheckpointOpt = None) -> None:
+    """Multi-view evaluation of a checkpoint or a registered model; logged to the training run."""
+    from vidtx.workflow import evaluate_trained, locate
+
+    cfg = load_config(config, overrides or [])
+    trained = locate(cfg, checkpoint)
+    _print_evaluation(evaluate_trained(cfg, trained))
+    if trained.mlflow_run_id:
+        typer.echo(f"logged to MLflow run {trained.mlflow_run_id}")
+
+
+@app.command()
+def register(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: CheckpointOpt = None) -> None:
+    """Evaluate, log the model to MLflow, register a version and move the aliases."""
+    from vidtx.workflow import evaluate_trained, locate, register_trained
+
+    cfg = load_config(config, overrides or [])
+    trained = locate(cfg, checkpoint)
+    result = evaluate_trained(cfg, trained)
+    _print_evaluation(result)
+    version = register_trained(cfg, trained, result)
+    typer.echo(f"registered {version.model_uri} aliases {', '.join(version.aliases)}: {version.reason}")
 
 
 @app.command()

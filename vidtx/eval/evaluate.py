@@ -19,8 +19,8 @@ from vidtx.config import DataConfig, PipelineConfig
 from vidtx.data.loader import build_eval_loader
 from vidtx.data.manifest import load_manifest
 from vidtx.eval.metrics import ClassificationMetrics, classification_metrics, combine_views, video_loss
-from vidtx.models import build_model, create_model
-from vidtx.models.weights import Checkpoint, read_checkpoint
+from vidtx.models import build_model, load_checkpoint
+from vidtx.ray_session import ray_session
 from vidtx.train.checkpoint import consolidated_state_dict
 
 logger = logging.getLogger(__name__)
@@ -69,12 +69,14 @@ class EvalResult:
 
 
 def load_trained_model(config: PipelineConfig, checkpoint: str) -> nn.Module:
-    """A model in eval mode from a Ray/DeepSpeed checkpoint directory (path or URI) or a vidtx `.pt` file."""
+    """A model in eval mode from a Ray/DeepSpeed checkpoint directory (path or URI), a vidtx `.pt`
+    file, or a registered model (`models:/<name>@<alias>`)."""
+    if checkpoint.startswith("models:/"):
+        from vidtx.tracking.registry import load_model  # the registry module imports this one
+
+        return load_model(checkpoint).module.eval()
     if checkpoint.endswith(".pt"):
-        spec = read_checkpoint(checkpoint)
-        model = create_model(spec.model_name, **spec.model_kwargs)
-        model.load_state_dict(spec.state_dict)
-        return model.eval()
+        return load_checkpoint(checkpoint).eval()
     num_classes = load_manifest(config.data.shards, config.data.train_split).num_classes
     data = config.data
     model = build_model(
@@ -121,9 +123,7 @@ def predict_split(
 
 
 @ray.remote(num_cpus=1)
-def _predict_remote(spec: Checkpoint, data: DataConfig, split: str, kwargs: dict[str, Any]) -> ViewLogits:
-    model = create_model(spec.model_name, **spec.model_kwargs)
-    model.load_state_dict(spec.state_dict)
+def _predict_remote(model: nn.Module, data: DataConfig, split: str, kwargs: dict[str, Any]) -> ViewLogits:
     return predict_split(model, data, split, **kwargs)
 
 
@@ -141,23 +141,16 @@ def evaluate(config: PipelineConfig, checkpoint: str) -> EvalResult:
     if eval_cfg.num_workers == 1:
         outputs = predict_split(model, data, eval_cfg.split, **kwargs)
     else:
-        spec = Checkpoint(model.model_spec["name"], model.model_spec["kwargs"], model.state_dict())
-        started_ray = not ray.is_initialized()
-        if started_ray:
-            ray.init()
-        try:
-            spec_ref = ray.put(spec)
+        with ray_session():
+            model_ref = ray.put(model)
             world = eval_cfg.num_workers
             futures = [
                 _predict_remote.remote(
-                    spec_ref, data, eval_cfg.split, kwargs | {"rank": rank, "world_size": world}
+                    model_ref, data, eval_cfg.split, kwargs | {"rank": rank, "world_size": world}
                 )
                 for rank in range(world)
             ]
             outputs = ViewLogits.concat(ray.get(futures))
-        finally:
-            if started_ray:
-                ray.shutdown()
     if not outputs.keys:
         raise RuntimeError(f"no video of split '{eval_cfg.split}' in {data.shards} could be evaluated")
     scores = combine_views(outputs.logits)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Param
+from mlflow.entities import Param, Run
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
@@ -79,6 +79,17 @@ def git_commit() -> str | None:
     return result.stdout.strip() or None
 
 
+def find_run(client: MlflowClient, experiment_name: str, run_name: str) -> Run | None:
+    """The MLflow run of training run `run_name`, if there is one."""
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        return None
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`{RUN_NAME_TAG}` = '{run_name}'", max_results=1
+    )
+    return runs[0] if runs else None
+
+
 def start_or_resume_run(
     client: MlflowClient,
     config: PipelineConfig,
@@ -90,23 +101,20 @@ def start_or_resume_run(
     A new run gets the resolved config as params (flattened) and as `config.yaml`, plus lineage tags.
     An existing run is reopened (status RUNNING) and only gets the new tags: params are immutable.
     """
-    experiment = client.get_experiment_by_name(config.tracking.experiment)
-    experiment_id = (
-        experiment.experiment_id if experiment else client.create_experiment(config.tracking.experiment)
-    )
-    existing = client.search_runs(
-        [experiment_id], filter_string=f"tags.`{RUN_NAME_TAG}` = '{run_name}'", max_results=2
-    )
     lineage = {RUN_NAME_TAG: run_name, **(tags or {})}
     if commit := git_commit():
         lineage[MLFLOW_GIT_COMMIT] = commit
-    if existing:
-        run_id = existing[0].info.run_id
+    if existing := find_run(client, config.tracking.experiment, run_name):
+        run_id = existing.info.run_id
         client.update_run(run_id, status="RUNNING")
         for key, value in lineage.items():
             client.set_tag(run_id, key, value)
         logger.info("resuming MLflow run %s (%s)", run_id, run_name)
         return run_id
+    experiment = client.get_experiment_by_name(config.tracking.experiment)
+    experiment_id = (
+        experiment.experiment_id if experiment else client.create_experiment(config.tracking.experiment)
+    )
     run = client.create_run(experiment_id, run_name=run_name, tags=lineage)
     params = [Param(key, value) for key, value in flatten(config.model_dump(mode="json")).items()]
     for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):

@@ -28,6 +28,7 @@ from ray.train.torch import TorchTrainer
 
 from vidtx.config import PipelineConfig
 from vidtx.data.manifest import load_manifest
+from vidtx.ray_session import ray_session
 from vidtx.tracking.metrics import STEP_METRIC
 from vidtx.tracking.runs import connect, last_logged_step, resolve_tracking_uri, start_or_resume_run
 from vidtx.train.loop import train_loop_per_worker
@@ -94,52 +95,31 @@ def _train_on_ray(
     lineage = {"vidtx.manifest_hash": manifest.content_hash, "ray.run_name": run_name, **tags}
     run_id = start_or_resume_run(client, config, run_name, lineage)
 
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        env_vars = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
-        ray.init(address=address, runtime_env={"env_vars": env_vars} if env_vars else None)
+    storage_path = resolve_storage_path(train_cfg.storage_path)
+    env_vars = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
     try:
-        _check_resources(config)
-        storage_path = resolve_storage_path(train_cfg.storage_path)
-        resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
-        trainer = TorchTrainer(
-            train_loop_per_worker,
-            train_loop_config={
-                "config": config.model_dump(mode="json"),
-                "tracking_uri": tracking_uri,
-                "mlflow_run_id": run_id,
-            },
-            scaling_config=ScalingConfig(
-                num_workers=train_cfg.num_workers, use_gpu=train_cfg.use_gpu, resources_per_worker=resources
-            ),
-            run_config=RunConfig(
-                name=run_name,
-                storage_path=storage_path,
-                failure_config=FailureConfig(max_failures=train_cfg.max_failures),
-                checkpoint_config=CheckpointConfig(
-                    num_to_keep=train_cfg.keep_checkpoints,
-                    checkpoint_score_attribute="val_top1",
-                    checkpoint_score_order="max",
-                ),
-            ),
-        )
-        logger.info(
-            "training %s: %d workers, checkpoints in %s/%s",
-            run_name,
-            train_cfg.num_workers,
-            storage_path,
-            run_name,
-        )
-        with follow_progress(client, run_id, train_cfg.max_steps, progress):
-            result = trainer.fit()
+        with ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
+            _check_resources(config)
+            trainer = _build_trainer(
+                config, run_name, storage_path, {"tracking_uri": tracking_uri, "mlflow_run_id": run_id}
+            )
+            logger.info(
+                "training %s: %d workers, checkpoints in %s/%s",
+                run_name,
+                train_cfg.num_workers,
+                storage_path,
+                run_name,
+            )
+            with follow_progress(client, run_id, train_cfg.max_steps, progress):
+                result = trainer.fit()
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise
-    finally:
-        if started_ray:
-            ray.shutdown()
-    client.set_terminated(run_id, status="FINISHED")
     best = result.best_checkpoints[-1][0] if result.best_checkpoints else None
+    for tag, checkpoint in {"vidtx.checkpoint": result.checkpoint, "vidtx.best_checkpoint": best}.items():
+        if checkpoint is not None:
+            client.set_tag(run_id, tag, checkpoint.path)
+    client.set_terminated(run_id, status="FINISHED")
     return TrainResult(
         run_name=run_name,
         storage_path=storage_path,
@@ -148,6 +128,30 @@ def _train_on_ray(
         metrics=dict(result.metrics or {}),
         mlflow_run_id=run_id,
         tracking_uri=tracking_uri,
+    )
+
+
+def _build_trainer(
+    config: PipelineConfig, run_name: str, storage_path: str, tracking: dict[str, str]
+) -> TorchTrainer:
+    train_cfg = config.train
+    resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
+    return TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"config": config.model_dump(mode="json"), **tracking},
+        scaling_config=ScalingConfig(
+            num_workers=train_cfg.num_workers, use_gpu=train_cfg.use_gpu, resources_per_worker=resources
+        ),
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=storage_path,
+            failure_config=FailureConfig(max_failures=train_cfg.max_failures),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=train_cfg.keep_checkpoints,
+                checkpoint_score_attribute="val_top1",
+                checkpoint_score_order="max",
+            ),
+        ),
     )
 
 
