@@ -279,6 +279,11 @@ class TrackingConfig(StrictModel):
         None, description="MLflow URI. MLFLOW_TRACKING_URI wins; None: sqlite:///<workdir>/mlflow.db."
     )
     experiment: str = "vidtx"
+    ui_url: str | None = Field(
+        None,
+        description="MLflow UI base URL for links (None: the tracking URI when it is http(s), "
+        "else http://127.0.0.1:5000, where `make ui` serves it).",
+    )
 
 
 class PipelineConfig(StrictModel):

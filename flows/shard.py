@@ -1,0 +1,90 @@
+"""`shard-dataset`: probe, filter and write a video dataset into WebDataset shards.
+
+Shards are independent tasks mapped over the plan (in parallel processes); a finished shard is skipped,
+so retries and re-runs only redo what is missing.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, task, unmapped
+from prefect.artifacts import create_table_artifact
+from prefect.task_runners import ProcessPoolTaskRunner
+
+from flows.defaults import DEMO
+from vidtx.config import ShardConfig, SynthConfig
+from vidtx.data.manifest import Manifest
+from vidtx.data.shard import ShardResult, ShardSpec, finalize_split, plan_shards, write_shard
+from vidtx.data.synthetic import generate_dataset
+
+
+@task(retries=2, retry_delay_seconds=10)
+def synthesize(synth: SynthConfig) -> str:
+    """Generate the synthetic dataset unless it is there already (generation is deterministic)."""
+    annotations = synth.output / "annotations.csv"
+    return str(annotations if annotations.is_file() else generate_dataset(synth))
+
+
+@task(retries=2, retry_delay_seconds=10)
+def plan(shard: ShardConfig) -> list[ShardSpec]:
+    return plan_shards(shard)
+
+
+@task(retries=2, retry_delay_seconds=10, task_run_name="write {spec.name}")
+def write(spec: ShardSpec, shard: ShardConfig) -> ShardResult:
+    return write_shard(spec, shard)  # idempotent: a finished shard is not written again
+
+
+@task(retries=2, retry_delay_seconds=10, task_run_name="finalize {split}")
+def finalize(shard: ShardConfig, split: str, results: list[ShardResult]) -> Manifest:
+    return finalize_split(shard, split, results)
+
+
+def publish(manifests: dict[str, Manifest]) -> None:
+    """Table artifacts: one row per shard, one row per rejected video."""
+    shards = [
+        {
+            "split": m.split,
+            "shard": s.name,
+            "samples": s.samples,
+            "MB": round(s.bytes / 1e6, 2),
+            "sha256": s.sha256,
+        }
+        for m in manifests.values()
+        for s in m.shards
+    ]
+    create_table_artifact(shards, key="shards", description="Shards written, per split")
+    rejects = [
+        {"split": m.split, "key": r.key, "path": r.path, "reason": r.reason}
+        for m in manifests.values()
+        for r in m.rejects
+    ]
+    create_table_artifact(
+        rejects or [{"split": "", "key": "", "path": "", "reason": "no video was rejected"}],
+        key="rejects",
+        description="Videos that were skipped, with the reason",
+    )
+
+
+@flow(name="shard-dataset", task_runner=ProcessPoolTaskRunner(), log_prints=True)
+def shard_dataset(shard: ShardConfig = DEMO.shard, synth: SynthConfig | None = DEMO.synth) -> dict[str, dict]:
+    """Shard `shard.source` into WebDataset tars in `shard.output` (generating `synth` first when set).
+
+    Returns per split the manifest path, content hash, sample and reject counts.
+    """
+    if synth is not None:
+        synthesize(synth)
+    specs = plan(shard)
+    results = write.map(specs, shard=unmapped(shard)).result()
+    manifests = {
+        split: finalize(shard, split, results) for split in dict.fromkeys(spec.split for spec in specs)
+    }
+    publish(manifests)
+    return {
+        split: {
+            "manifest": str(shard.output / f"{split}.manifest.json"),
+            "content_hash": manifest.content_hash,
+            "samples": manifest.num_samples,
+            "rejects": len(manifest.rejects),
+        }
+        for split, manifest in manifests.items()
+    }

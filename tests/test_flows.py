@@ -1,0 +1,116 @@
+"""Prefect flows under a real (temporary) Prefect API: the whole pipeline, resume, deployments."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+from prefect.client.orchestration import get_client
+from prefect.flows import load_flow_from_entrypoint
+from prefect.testing.utilities import prefect_test_harness
+
+from vidtx.config import PipelineConfig, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_api() -> Iterator[None]:
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+def pipeline_config(tmp_path: Path) -> PipelineConfig:
+    return load_config(
+        ROOT / "configs/experiments/demo.yaml",
+        [
+            f"workdir={tmp_path}",
+            f"synth.output={tmp_path / 'videos'}",
+            "synth.classes=[moving_left, moving_right, growing, shrinking]",
+            "synth.videos_per_class={train: 6, val: 3, test: 3}",
+            "synth.num_frames=8",
+            "synth.size=32",
+            f"shard.source={tmp_path / 'videos/annotations.csv'}",
+            f"shard.output={tmp_path / 'shards'}",
+            "shard.max_samples_per_shard=8",
+            "data.num_frames=4",
+            "data.short_side=32",
+            "data.crop_size=32",
+            "data.num_workers=0",
+            "train.run_name=flow-run",
+            f"train.storage_path={tmp_path / 'ray'}",
+            "train.max_steps=6",
+            "train.micro_batch_size=4",
+            "train.log_every=2",
+            "train.checkpoint_every=3",
+            "eval.batch_size=4",
+            "registry.model_name=flow-model",
+        ],
+    )
+
+
+def artifacts() -> dict[str, list]:
+    with get_client(sync_client=True) as client:
+        found: dict[str, list] = {}
+        for artifact in client.read_artifacts():
+            found.setdefault(artifact.type, []).append(artifact)
+        return found
+
+
+def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
+    from flows.pipeline import video_pipeline
+
+    config = pipeline_config(tmp_path)
+    summary = video_pipeline(config)
+
+    assert summary["shards"]["train"]["samples"] == 24
+    assert summary["run_name"] == "flow-run"
+    assert summary["model_version"] == "1"
+    assert set(summary["aliases"]) == {"champion", "challenger"}
+    assert 0.0 <= summary["metrics"]["top1"] <= 1.0
+    tracking = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+    version = tracking.get_model_version_by_alias("flow-model", "champion")
+    assert version.run_id == summary["mlflow_run_id"]
+    run = tracking.get_run(summary["mlflow_run_id"])
+    assert "prefect.flow_run_id" in run.data.tags
+    assert "eval/test/top1" in run.data.metrics
+
+    found = artifacts()
+    assert {"table", "progress", "markdown"} <= set(found)  # Prefect stores link artifacts as markdown
+    assert {a.key for a in found["table"]} >= {"shards", "rejects"}
+    assert any(a.data == 100.0 for a in found["progress"])
+    markdown = " ".join(a.data for a in found["markdown"])
+    assert "Confusion matrix" in markdown
+    assert "[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1)" in markdown
+    assert f"/runs/{summary['mlflow_run_id']})" in markdown
+
+    # The same run name again, with a longer budget: training resumes from its checkpoint at step 6.
+    config.train.max_steps = 9
+    again = video_pipeline(config)
+    assert again["mlflow_run_id"] == summary["mlflow_run_id"]
+    resumed = tracking.get_metric_history(summary["mlflow_run_id"], "train/resumed_from_step")
+    assert [(point.step, point.value) for point in resumed] == [(6, 6.0)]
+    assert again["model_version"] == "2"
+    assert "challenger" in again["aliases"]
+
+
+def test_deployments_validate_and_expose_the_config_form() -> None:
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    deployments = spec["deployments"]
+    flows = ("shard_dataset", "train_model", "evaluate_model", "register_model", "video_pipeline")
+    targets = {(d["entrypoint"].split(":")[1], d["work_pool"]["name"]) for d in deployments}
+    assert {(flow, pool) for flow in flows for pool in ("vidtx-process", "vidtx-kubernetes")} <= targets
+    for deployment in deployments:
+        flow = load_flow_from_entrypoint(str(ROOT / deployment["entrypoint"]))
+        flow.validate_parameters(deployment.get("parameters") or {})
+        schema = flow.parameters.model_dump()
+        if "config" in schema["properties"]:
+            config_schema = schema["definitions"]["PipelineConfig"]["properties"]
+            assert {"data", "model", "train", "eval", "registry"} <= set(config_schema)
+            assert "zero_stage" in schema["definitions"]["TrainConfig"]["properties"]
+    schedules = [s for d in deployments for s in d.get("schedules") or []]
+    assert any(s.get("cron") and s.get("active") is False for s in schedules)
