@@ -46,10 +46,10 @@ bench: install
 	$(BIN)/vidtx bench
 
 ui: install
-	@echo "make ui: not implemented yet" >&2; exit 2
+	BIN=$(BIN) infra/local/ui.sh start
 
 ui-stop:
-	@echo "make ui-stop: not implemented yet" >&2; exit 2
+	BIN=$(BIN) infra/local/ui.sh stop
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

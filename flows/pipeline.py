@@ -49,3 +49,24 @@ def video_pipeline(config: PipelineConfig = DEMO) -> dict:
         description="What this pipeline run produced",
     )
     return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m flows.pipeline CONFIG [--set KEY=VALUE ...]` (what `vidtx pipeline` runs)."""
+    import argparse
+    import json
+
+    from vidtx.config import load_config
+    from vidtx.log import setup_logging
+
+    parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=video_pipeline.description)
+    parser.add_argument("config", help="pipeline config YAML")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    setup_logging()
+    summary = video_pipeline(load_config(args.config, args.overrides))
+    print("VIDTX_PIPELINE_RESULT " + json.dumps(summary, default=str))
+
+
+if __name__ == "__main__":
+    main()

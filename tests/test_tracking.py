@@ -50,6 +50,9 @@ def test_same_run_name_resumes_the_same_mlflow_run(tracking_uri: str) -> None:
     assert run.data.tags["vidtx.manifest_hash"] == "abc"
     assert run.data.tags["prefect.flow_run_id"] == "f1"
     experiment = client.get_experiment_by_name("exp-a")
+    assert experiment.artifact_location == str(
+        Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlartifacts"
+    )
     assert len(client.search_runs([experiment.experiment_id])) == 2
     config_text = Path(client.download_artifacts(first, "config.yaml")).read_text()
     assert "lr: 0.2" in config_text

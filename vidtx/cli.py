@@ -318,9 +318,16 @@ def predict(videos: Annotated[list[Path], typer.Argument(help="MP4 files.")]) ->
 
 @app.command()
 def pipeline(config: ConfigArg, overrides: OverridesOpt = None) -> None:
-    """Run the whole pipeline as the `video-pipeline` Prefect flow."""
-    load_config(config, overrides or [])
-    not_implemented("pipeline")
+    """Run the whole pipeline as the `video-pipeline` Prefect flow (shard, train, evaluate, register).
+
+    Uses the Prefect API at PREFECT_API_URL, else a temporary local one; the flow lives in `flows/`,
+    so this command starts it in a child process (the vidtx library never imports Prefect)."""
+    import subprocess
+
+    load_config(config, overrides or [])  # fail on a bad config before starting anything
+    command = [sys.executable, "-m", "flows.pipeline", str(config)]
+    command += [arg for override in overrides or [] for arg in ("--set", override)]
+    raise typer.Exit(subprocess.run(command, check=False).returncode)
 
 
 @app.command()

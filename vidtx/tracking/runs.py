@@ -51,6 +51,14 @@ def connect(tracking_uri: str) -> MlflowClient:
     return client
 
 
+def artifact_root(client: MlflowClient) -> str | None:
+    """Artifacts beside a SQLite store (MLflow's default is ./mlruns of whatever the working dir is)."""
+    uri = client.tracking_uri
+    if uri.startswith("sqlite:///"):
+        return str(Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts")
+    return None  # a tracking server decides
+
+
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """{"train": {"lr": 0.1}} -> {"train.lr": "0.1"}: MLflow params are flat strings."""
     flat: dict[str, str] = {}
@@ -113,7 +121,9 @@ def start_or_resume_run(
         return run_id
     experiment = client.get_experiment_by_name(config.tracking.experiment)
     experiment_id = (
-        experiment.experiment_id if experiment else client.create_experiment(config.tracking.experiment)
+        experiment.experiment_id
+        if experiment
+        else client.create_experiment(config.tracking.experiment, artifact_location=artifact_root(client))
     )
     run = client.create_run(experiment_id, run_name=run_name, tags=lineage)
     params = [Param(key, value) for key, value in flatten(config.model_dump(mode="json")).items()]
