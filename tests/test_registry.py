@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ import torch
 from mlflow import MlflowClient
 
 from vidtx.eval.evaluate import EvalResult, evaluate, load_trained_model
+from vidtx.eval.predict import predict_videos
 from vidtx.tracking.registry import load_model, register
 
 pytestmark = pytest.mark.slow
@@ -34,7 +37,7 @@ def evaluation_of(model: torch.nn.Module, config, checkpoint: Path) -> EvalResul
     return evaluate(config, str(path))
 
 
-def test_aliases_follow_the_metric(trained_run: tuple, tmp_path: Path) -> None:
+def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, tmp_path: Path) -> None:
     config, result = trained_run
     config = config.model_copy(deep=True)
     config.eval.split, config.eval.num_crops = "train", 1  # the memorised split: trained >> constant
@@ -78,3 +81,22 @@ def test_aliases_follow_the_metric(trained_run: tuple, tmp_path: Path) -> None:
     clips = torch.randn(3, 3, config.data.num_frames, config.data.crop_size, config.data.crop_size)
     with torch.no_grad():
         assert torch.allclose(loaded.module(clips), trained(clips), atol=1e-5)
+
+    # predicting from MP4 files: the registered model and the in-memory one agree
+    videos = sorted((synthetic_shards[0] / "val").rglob("*.mp4"))[:3]
+    from_registry = predict_videos(loaded.module, config.data, loaded.class_names, videos, top_k=2)
+    in_memory = predict_videos(trained, config.data, trained_eval.class_names, videos, top_k=2)
+    for registered, local in zip(from_registry, in_memory, strict=True):
+        assert [name for name, _ in registered.top] == [name for name, _ in local.top]
+        assert [p for _, p in registered.top] == pytest.approx([p for _, p in local.top], abs=1e-5)
+        assert registered.top[0][1] >= registered.top[1][1]
+
+    cli = subprocess.run(
+        [sys.executable, "-m", "vidtx", "predict", str(videos[0]), "--model", "models:/aliases-test@champion",
+         "--tracking-uri", result.tracking_uri, "--top-k", "2"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    lines = cli.stdout.strip().splitlines()
+    assert lines[0] == str(videos[0])
+    assert lines[1].split()[-1] == from_registry[0].top[0][0]

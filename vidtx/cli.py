@@ -311,9 +311,41 @@ def register(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: Chec
 
 
 @app.command()
-def predict(videos: Annotated[list[Path], typer.Argument(help="MP4 files.")]) -> None:
-    """Top classes for video files from a registered model."""
-    not_implemented("predict")
+def predict(
+    videos: Annotated[list[Path], typer.Argument(help="Video files (MP4 or any container FFmpeg reads).")],
+    model: Annotated[str, typer.Option(help="Registered model URI.")] = "models:/vidtx-xvit-demo@champion",
+    tracking_uri: Annotated[
+        str | None, typer.Option(help="MLflow URI (default: MLFLOW_TRACKING_URI).")
+    ] = None,
+    top_k: Annotated[int, typer.Option(help="Classes to print per video.")] = 5,
+    num_clips: Annotated[
+        int | None, typer.Option(help="Temporal views (default: the model's eval config).")
+    ] = None,
+    num_crops: Annotated[
+        int | None, typer.Option(help="Spatial views, 1 or 3 (default: eval config).")
+    ] = None,
+) -> None:
+    """Top classes with probabilities for video files, from a registered model (multi-view test)."""
+    import os
+
+    from vidtx.eval.predict import predict_videos
+    from vidtx.tracking.registry import load_model
+
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///runs/demo/mlflow.db"
+    loaded = load_model(model, tracking_uri=uri)
+    evaluation = loaded.config.eval
+    for prediction in predict_videos(
+        loaded.module,
+        loaded.config.data,
+        loaded.class_names,
+        videos,
+        num_clips=num_clips or evaluation.num_clips,
+        num_crops=num_crops or evaluation.num_crops,
+        top_k=top_k,
+    ):
+        typer.echo(prediction.video)
+        for name, probability in prediction.top:
+            typer.echo(f"  {probability:6.1%}  {name}")
 
 
 @app.command()

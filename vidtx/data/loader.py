@@ -85,18 +85,25 @@ def _train_clips(
             yield clip, int(meta["label"])
 
 
+def test_views(video: Video, cfg: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
+    """The multi-view test protocol for one video: (clips * crops, C, T, crop, crop), normalised.
+
+    `video` must be decoded with its short side at `cfg.crop_size`, so the crops cover the frame.
+    """
+    sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
+    transform = EvalTransform(cfg.crop_size, num_crops, cfg.mean, cfg.std)
+    clips = _frames(video, sampler.test(video.num_frames, num_clips))  # (clips, T, H, W, 3)
+    return torch.cat([transform(frames) for frames in clips])
+
+
 def _eval_views(
     samples: Iterable[dict[str, Any]], cfg: DataConfig, num_clips: int, num_crops: int
 ) -> Iterator[tuple[torch.Tensor, int, str]]:
     """All test views of each video, (clips * crops, C, T, H, W), with its label and source key."""
-    sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
-    transform = EvalTransform(cfg.crop_size, num_crops, cfg.mean, cfg.std)
     for sample in samples:
         try:
-            # Test frames are decoded with the short side at the crop size, so the crops cover the frame.
             video, meta = open_sample(sample, cfg.crop_size, cfg.decode_threads)
-            clips = _frames(video, sampler.test(video.num_frames, num_clips))  # (clips, T, H, W, 3)
-            views = torch.cat([transform(frames) for frames in clips])
+            views = test_views(video, cfg, num_clips, num_crops)
         except (VideoDecodeError, KeyError, ValueError) as err:
             log.warning(
                 "skipping evaluation sample %s: %s", sample.get("__url__", "?") + ":" + sample["__key__"], err
