@@ -36,7 +36,7 @@ from vidtx.config import ShardConfig
 from vidtx.data.decode import VideoDecodeError, check_container, probe_video
 from vidtx.data.encode import reencode
 from vidtx.data.manifest import MANIFEST_SUFFIX, Manifest, Reject, ShardInfo, content_hash
-from vidtx.data.sources import VIDEO_EXTENSIONS, read_source
+from vidtx.data.sources import VIDEO_EXTENSIONS, VideoRecord, read_source
 from vidtx.log import setup_logging, track
 
 log = logging.getLogger(__name__)
@@ -106,19 +106,7 @@ def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
     for split in splits:
         records = sorted(source.split_records(split), key=lambda record: record.key)
         random.Random(f"{cfg.seed}/{split}").shuffle(records)
-        groups: list[list] = [[]]
-        group_bytes = 0
-        for record in records:
-            size = (record.path.stat().st_size if record.path.is_file() else 0) + TAR_OVERHEAD_BYTES
-            full = (
-                len(groups[-1]) >= cfg.max_samples_per_shard or group_bytes + size > cfg.max_bytes_per_shard
-            )
-            if groups[-1] and full:
-                groups.append([])
-                group_bytes = 0
-            groups[-1].append(record)
-            group_bytes += size
-        for index, group in enumerate(groups):
+        for index, group in enumerate(_pack(records, cfg.max_samples_per_shard, cfg.max_bytes_per_shard)):
             items = tuple(
                 ShardItem(
                     key=f"{index:06d}{position:06d}",
@@ -135,16 +123,27 @@ def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
     return specs
 
 
+def _pack(records: list[VideoRecord], max_samples: int, max_bytes: int) -> list[list[VideoRecord]]:
+    """Consecutive groups of at most `max_samples` records and about `max_bytes` tar bytes."""
+    groups: list[list[VideoRecord]] = [[]]
+    group_bytes = 0
+    for record in records:
+        size = (record.path.stat().st_size if record.path.is_file() else 0) + TAR_OVERHEAD_BYTES
+        if groups[-1] and (len(groups[-1]) >= max_samples or group_bytes + size > max_bytes):
+            groups.append([])
+            group_bytes = 0
+        groups[-1].append(record)
+        group_bytes += size
+    return groups
+
+
 def _relative(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Path:
@@ -283,7 +282,7 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
 def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
     """Plan, write every shard with `cfg.processes` processes, and finalize every split."""
     specs = plan_shards(cfg)
-    results: list[ShardResult] = []
+    results: list[ShardResult]
     if cfg.processes == 1:
         results = [write_shard(spec, cfg) for spec in track(specs, "shards", total=len(specs))]
     else:

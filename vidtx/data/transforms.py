@@ -59,10 +59,10 @@ def three_crop_boxes(height: int, width: int, size: int) -> list[Box]:
 
 
 def normalize(clip: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    """uint8 or [0, 255] float (T, C, H, W) -> float32 (x / 255 - mean) / std."""
-    mean_t = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+    """uint8 or [0, 255] float (T, C, H, W) -> float32 (x / 255 - mean) / std, in two passes."""
     std_t = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-    return (clip.float() / 255.0 - mean_t) / std_t
+    shift = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1) / std_t
+    return clip.to(torch.float32, copy=True).mul_(1.0 / (255.0 * std_t)).sub_(shift)
 
 
 def to_tensor(frames: np.ndarray) -> torch.Tensor:
