@@ -121,7 +121,11 @@ def synth(
         "fps": fps,
         "seed": seed,
     }
-    annotations = generate_dataset(_section(SynthConfig, "synth", base, updates))
+    cfg = _section(SynthConfig, "synth", base, updates)
+    try:
+        annotations = generate_dataset(cfg)
+    except ValueError as err:  # e.g. an unknown class name
+        fail(str(err), code=1)
     typer.echo(f"wrote {annotations}")
 
 

@@ -1,0 +1,1 @@
+"""Video data: dataset sources, a synthetic motion dataset, WebDataset sharding, decoding, loading."""
