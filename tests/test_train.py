@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -20,7 +21,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from vidtx.config import PipelineConfig
+from vidtx.config import PipelineConfig, dump_config
 from vidtx.eval.evaluate import load_trained_model, predict_split
 from vidtx.tracking.metrics import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
@@ -196,3 +197,47 @@ def test_cluster_address_submits_a_ray_job(
     assert run.data.tags["vidtx.manifest_hash"]  # added by the job itself
     assert progress
     assert progress[-1] == 2
+
+
+def test_killed_training_job_resumes_when_started_again(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
+    """SIGKILL the whole `vidtx train` process tree (driver, local Ray, workers), then run it again."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=200, checkpoint_every=10, precision="fp32")
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(dump_config(config))
+    command = [sys.executable, "-m", "vidtx", "train", str(config_file), "--set", "train.run_name=killed-job"]
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tracking_uri = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    try:
+        client = MlflowClient(tracking_uri)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:
+            runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+            if runs and runs[0].data.tags.get("vidtx.checkpoint") is None:
+                steps = [p.step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)]
+                if steps and max(steps) >= 35:
+                    break
+            time.sleep(0.5)
+        assert driver.poll() is None, "training ended before it could be killed"
+    finally:
+        tree = psutil.Process(driver.pid)
+        for process in [*tree.children(recursive=True), tree]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        driver.wait(timeout=60)
+
+    config.train.run_name = "killed-job"
+    result = train(config)
+    assert result.metrics["step"] == 200
+    restarts = history(result, "train/resumed_from_step")
+    assert len(restarts) == 1
+    assert 10 <= next(iter(restarts)) <= 35
+    assert sorted(history(result, STEP_METRIC)) == list(range(1, 201))
+    assert len(client.search_runs([e.experiment_id for e in client.search_experiments()])) == 1
+
+
+def test_same_seed_same_first_step_loss(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
+    losses = []
+    for name in ("seeded-a", "seeded-b"):
+        config = run_config(tiny_dataset, tmp_path / name, max_steps=1, checkpoint_every=1, precision="fp32")
+        losses.append(history(train(config, run_name=name), STEP_METRIC)[1])
+    assert losses[0] == losses[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,11 +14,14 @@ import ray
 def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None]:
     """`ray.init(address, ...)` unless Ray is initialised already; shuts down only what it started.
 
-    Without an address (and without RAY_ADDRESS) Ray starts a local instance on this machine.
+    Without an address (and without RAY_ADDRESS, or with RAY_ADDRESS pointing at a Ray Jobs API) Ray
+    starts a local instance on this machine.
     """
     if ray.is_initialized():
         yield
         return
+    if address is None and os.environ.get("RAY_ADDRESS", "").startswith(("http://", "https://")):
+        address = "local"  # RAY_ADDRESS names a Jobs API (for training), not a cluster to connect to
     ray.init(address=address, **init_kwargs)
     try:
         yield

@@ -99,7 +99,7 @@ def _train_on_ray(
     env_vars = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
     try:
         with ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
-            _check_resources(config)
+            _check_resources(config, autoscaling=address is not None)
             trainer = _build_trainer(
                 config, run_name, storage_path, {"tracking_uri": tracking_uri, "mlflow_run_id": run_id}
             )
@@ -155,21 +155,28 @@ def _build_trainer(
     )
 
 
-def _check_resources(config: PipelineConfig) -> None:
-    """Fail with a message naming the fields, rather than waiting forever for a placement group."""
+def _check_resources(config: PipelineConfig, autoscaling: bool) -> None:
+    """Fail with a message naming the fields rather than wait forever for a placement group that
+    cannot be placed. On a cluster (`autoscaling`) missing resources may still be added by the
+    autoscaler, so that is only logged."""
     train_cfg = config.train
     available = ray.cluster_resources()
+    problems = []
     wanted_cpus = train_cfg.num_workers * train_cfg.cpus_per_worker
     if wanted_cpus > available.get("CPU", 0):
-        raise ValueError(
+        problems.append(
             f"train.num_workers x train.cpus_per_worker = {wanted_cpus:g} CPUs, "
             f"but the Ray cluster has {available.get('CPU', 0):g}"
         )
     if train_cfg.use_gpu and train_cfg.num_workers > available.get("GPU", 0):
-        raise ValueError(
+        problems.append(
             f"train.num_workers = {train_cfg.num_workers} GPU workers, but the Ray cluster has "
             f"{available.get('GPU', 0):g} GPUs"
         )
+    if problems and not autoscaling:
+        raise ValueError("; ".join(problems))
+    for problem in problems:
+        logger.warning("%s: waiting for the autoscaler", problem)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,79 @@
+"""Cross-cutting reliability checks: fail before compute, no secrets leak, safe defaults."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from vidtx.config import PipelineConfig
+from vidtx.tracking.runs import TrackingUnavailableError, connect, start_or_resume_run
+from vidtx.train.launcher import train
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_unreachable_mlflow_fails_before_any_compute(
+    tiny_dataset: PipelineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    config = tiny_dataset.model_copy(deep=True)
+    config.train.storage_path = str(tmp_path / "ray")
+    with pytest.raises(TrackingUnavailableError, match="unavailable"):
+        train(config, run_name="no-mlflow")
+    assert not (tmp_path / "ray").exists()  # no Ray run was started
+
+
+@pytest.mark.slow
+def test_more_workers_than_cpus_is_a_clear_error(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
+    config = tiny_dataset.model_copy(deep=True)
+    config.workdir, config.train.storage_path = tmp_path, str(tmp_path / "ray")
+    config.train.num_workers = 64
+    with pytest.raises(ValueError, match=r"train.num_workers x train.cpus_per_worker = 64 CPUs"):
+        train(config, run_name="too-big")
+    assert not (tmp_path / "ray" / "too-big").exists()
+    config.train.num_workers, config.train.use_gpu = 1, True
+    with pytest.raises(
+        ValueError, match=r"train.num_workers = 1 GPU workers, but the Ray cluster has 0 GPUs"
+    ):
+        train(config, run_name="no-gpu")
+
+
+def test_no_secret_from_the_environment_reaches_mlflow_params(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = {
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY",
+        "MLFLOW_TRACKING_PASSWORD": "hunter2-correct-horse",
+        "PREFECT_API_KEY": "pnu_0123456789abcdefghijklmnopqrstuvwxyz",
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    client = connect(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = start_or_resume_run(client, PipelineConfig(workdir=tmp_path), "secrets")
+    logged = MlflowClient(client.tracking_uri).get_run(run_id).data
+    values = " ".join([*logged.params.values(), *logged.tags.values()])
+    secret_looking = [
+        value
+        for name, value in os.environ.items()
+        if re.search(r"SECRET|PASSWORD|TOKEN|API_KEY|CREDENTIAL", name) and len(value) >= 8
+    ]
+    assert set(secrets.values()) <= set(secret_looking)
+    for value in secret_looking:
+        assert value not in values
+
+
+def test_yaml_configs_are_read_safely_and_servers_bind_localhost() -> None:
+    python_sources = [*ROOT.joinpath("vidtx").rglob("*.py"), *ROOT.joinpath("flows").rglob("*.py")]
+    for path in python_sources:
+        text = path.read_text()
+        assert "yaml.load(" not in text, f"{path}: use yaml.safe_load"
+        assert "weights_only=False" not in text, f"{path}: load weights with weights_only=True"
+    ui = (ROOT / "infra/local/ui.sh").read_text()
+    assert "--host 127.0.0.1" in ui
+    assert "0.0.0.0" not in ui
