@@ -3,8 +3,8 @@
 The classes come in time-reversed pairs: moving right / left, down / up, growing / shrinking,
 approaching / receding (growing while drifting away from the centre, as perspective makes an object
 coming closer do). Video i of one class of a pair is video i of the other class played backwards:
-both render the same scene (random shape, bright colour of any hue, rotation, dark textured
-gradient background, start and end state, hence speed). So the set of frames of a video, and any single frame, is equally likely under
+both render the same scene (random shape, colour of any hue brighter than the background, rotation,
+darkish textured gradient background, start and end state, hence speed). So the set of frames of a video, and any single frame, is equally likely under
 both classes of its pair; a model that ignores frame order cannot beat 50%, one that reads motion
 can reach 100%. This is the Something-Something property in miniature.
 
@@ -93,28 +93,33 @@ TRAJECTORIES: dict[str, Callable[[np.random.Generator, int], tuple[State, State]
 }
 
 
+LUMA = np.array([0.299, 0.587, 0.114])
+
+
 def _background(rng: np.random.Generator, size: int) -> np.ndarray:
-    """A random gradient between two dark colours with static noise texture, (H, W, 3) float."""
-    first, second = rng.uniform(0, 90, (2, 3))
+    """A random gradient between two darkish colours with static noise texture, (H, W, 3) float."""
+    first, second = rng.uniform(0, 140, (2, 3))
     angle = rng.uniform(0, 2 * np.pi)
     y, x = np.mgrid[0:size, 0:size] / size
     ramp = ((x - 0.5) * np.cos(angle) + (y - 0.5) * np.sin(angle) + 0.71) / 1.42  # in [0, 1]
-    texture = rng.normal(0, 4, (size, size, 1))
+    texture = rng.normal(0, 8, (size, size, 1))
     return first + ramp[..., None] * (second - first) + texture
 
 
-def _bright_color(rng: np.random.Generator) -> np.ndarray:
-    """Any hue, but brighter than every background: small models learn motion in minutes when the
-    object always stands out the same way (with free contrast polarity they need far longer)."""
+def _object_color(rng: np.random.Generator, background: np.ndarray) -> np.ndarray:
+    """Any hue, but clearly brighter than the background: small models learn motion in minutes
+    when the object always stands out the same way (with free contrast polarity they need far
+    longer)."""
+    floor = background.reshape(-1, 3).max(axis=0) @ LUMA + 70
     while True:
-        color = rng.uniform(60, 255, 3)
-        if color @ np.array([0.299, 0.587, 0.114]) >= 150:  # luma
+        color = rng.uniform(0, 255, 3)
+        if color @ LUMA >= min(floor, 200):
             return color
 
 
 def sample_scene(motion: str, rng: np.random.Generator, size: int) -> Scene:
     background = _background(rng, size)
-    color = _bright_color(rng)
+    color = _object_color(rng, background)
     start, end = TRAJECTORIES[motion](rng, size)
     return Scene(str(rng.choice(SHAPES)), rng.uniform(0, 2 * np.pi), color, background, start, end)
 
