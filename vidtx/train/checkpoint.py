@@ -15,9 +15,9 @@ from typing import Any
 
 import ray.train
 import torch
-from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 from torch import nn
 
+from vidtx.train.accelerator import import_deepspeed
 from vidtx.train.optim import parameter_groups
 
 TAG = "state"  # DeepSpeed tag inside every checkpoint directory ("latest" would clash with its index file)
@@ -66,6 +66,9 @@ def consolidated_state_dict(checkpoint_dir: str | Path, model: nn.Module) -> dic
     """
     checkpoint_dir = Path(checkpoint_dir)
     if list((checkpoint_dir / TAG).glob("*_optim_states.pt")):
+        import_deepspeed()
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
         return get_fp32_state_dict_from_zero_checkpoint(str(checkpoint_dir), tag=TAG)
     states = torch.load(checkpoint_dir / TAG / MODEL_STATES, map_location="cpu", weights_only=True)
     weights = {name: tensor.float() for name, tensor in states["module"].items()}

@@ -8,7 +8,6 @@ optimizer steps with periodic validation and checkpoints. Rank 0 logs to the run
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.data.manifest import load_manifest
 from vidtx.models import build_model, count_flops
 from vidtx.tracking.metrics import RankZeroMetrics
+from vidtx.train.accelerator import import_deepspeed
 from vidtx.train.checkpoint import TrainState, restore, save_and_report
 from vidtx.train.deepspeed_config import build_deepspeed_config
 from vidtx.train.mixup import classification_loss, mixup
@@ -44,10 +44,7 @@ class WorkerTrainer:
         self.cfg = PipelineConfig.model_validate(payload["config"])
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
-        if not torch.cuda.is_available():
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        import deepspeed  # after DS_ACCELERATOR is set: the accelerator is chosen at import
-
+        deepspeed = import_deepspeed()
         train, data = self.cfg.train, self.cfg.data
         self.num_classes = load_manifest(data.shards, data.train_split).num_classes
         torch.manual_seed(train.seed)  # identical initial weights on every rank
