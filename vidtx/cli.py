@@ -209,8 +209,9 @@ def inspect(
         Path | None, typer.Option(help="Contact sheet folder (default: the shard folder).")
     ] = None,
 ) -> None:
-    """Summarise sharded splits (counts, classes, rejects) and save a PNG contact sheet of each."""
-    from vidtx.data.manifest import MANIFEST_SUFFIX, find_splits, load_manifest
+    """Summarise sharded splits (counts, classes, rejects), check every shard against its manifest
+    (size and sha256) and save a PNG contact sheet of each split; exit code 1 if a shard is damaged."""
+    from vidtx.data.manifest import MANIFEST_SUFFIX, damaged_shards, find_splits, load_manifest
     from vidtx.data.summary import contact_sheet, describe
 
     if shards.is_file():
@@ -218,17 +219,23 @@ def inspect(
     splits = splits or find_splits(shards)
     if not splits:
         fail(f"{shards}: no <split>{MANIFEST_SUFFIX} found", code=1)
+    damaged = []
     for split in splits:
         try:
             manifest = load_manifest(shards, split)
-        except FileNotFoundError as err:
+        except (FileNotFoundError, ValueError) as err:
             fail(str(err), code=1)
         typer.echo(describe(manifest))
+        problems = damaged_shards(manifest)
+        typer.echo("\n".join(f"  damaged: {problem}" for problem in problems) or "  shards intact")
+        damaged += problems
         if videos > 0:
             sheet = contact_sheet(
                 manifest, (output or shards) / f"{split}.contact.png", num_videos=videos, num_frames=frames
             )
             typer.echo(f"contact sheet: {sheet}")
+    if damaged:
+        fail(f"{len(damaged)} damaged shard(s) in {shards}: run `vidtx shard` again to rewrite them", code=1)
 
 
 def _tags(pairs: list[str]) -> dict[str, str]:

@@ -145,6 +145,12 @@ def open_video(
     return FallbackVideo(data, width=width, height=height, num_threads=num_threads)
 
 
+def _is_still_image(container: av.container.InputContainer) -> bool:
+    """FFmpeg reads PNG, JPEG, BMP, WebP ... as one-frame videos through its image demuxers."""
+    name = container.format.name
+    return name == "image2" or name.endswith("_pipe")
+
+
 def check_container(data: bytes) -> None:
     """Fail fast on what is not a video at all (decord would log the whole byte string on failure)."""
     if not data:
@@ -153,6 +159,8 @@ def check_container(data: bytes) -> None:
         with av.open(io.BytesIO(data)) as container:
             if not container.streams.video:
                 raise VideoDecodeError("no video stream")
+            if _is_still_image(container):
+                raise VideoDecodeError(f"not a video: a still image ({container.format.name})")
     except av.FFmpegError as err:
         raise VideoDecodeError(f"not a readable video container ({err.strerror or err})") from err
 

@@ -14,8 +14,10 @@ Evaluation: the manifest's shards in order, split by rank (`webdataset.split_by_
 DataLoader worker, not resampled, so all ranks together see every sample once (shard-level
 splitting: a rank with no shard gets no batch).
 
-A sample that fails to decode is logged and skipped. Decoders are created per sample inside the
-worker; workers start with `forkserver` so they inherit no decoder or thread state.
+A sample that fails to decode is logged and skipped, and so is whatever part of a tar cannot be read
+(a truncated or missing shard): a damaged shard costs its unreadable samples, never the run.
+Decoders are created per sample inside the worker; workers start with `forkserver` so they inherit
+no decoder or thread state.
 """
 
 from __future__ import annotations
@@ -42,6 +44,22 @@ log = logging.getLogger(__name__)
 
 TrainBatch = tuple[torch.Tensor, torch.Tensor]  # clips (B, C, T, H, W) float32, labels (B,) int64
 EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]  # views (B, V, C, T, H, W), labels, keys
+SAMPLE_ERRORS = (VideoDecodeError, KeyError, ValueError)  # what a bad sample raises when opened
+
+
+def log_and_continue(err: Exception) -> bool:
+    """webdataset handler: log what could not be read (a truncated or missing tar) and go on."""
+    log.warning("skipping unreadable shard data: %s: %s", type(err).__name__, err)
+    return True
+
+
+def sample_name(sample: dict[str, Any]) -> str:
+    """`<tar>:<key>` and, when its metadata can be read, the source video: names a sample in logs."""
+    name = f"{sample.get('__url__', '?')}:{sample.get('__key__', '?')}"
+    try:
+        return f"{name} ({json.loads(sample['json'])['source']})"
+    except (KeyError, TypeError, ValueError):
+        return name
 
 
 def open_sample(sample: dict[str, Any], short_side: int, num_threads: int) -> tuple[Video, dict[str, Any]]:
@@ -76,10 +94,8 @@ def _train_clips(
             video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads)
             indices = np.stack([sampler.train(video.num_frames, rng) for _ in range(cfg.repeated_sampling)])
             clips = [transform(frames, rng) for frames in _frames(video, indices)]
-        except (VideoDecodeError, KeyError, ValueError) as err:
-            log.warning(
-                "skipping training sample %s: %s", sample.get("__url__", "?") + ":" + sample["__key__"], err
-            )
+        except SAMPLE_ERRORS as err:
+            log.warning("skipping training sample %s: %s", sample_name(sample), err)
             continue
         for clip in clips:
             yield clip, int(meta["label"])
@@ -104,10 +120,8 @@ def _eval_views(
         try:
             video, meta = open_sample(sample, cfg.crop_size, cfg.decode_threads)
             views = test_views(video, cfg, num_clips, num_crops)
-        except (VideoDecodeError, KeyError, ValueError) as err:
-            log.warning(
-                "skipping evaluation sample %s: %s", sample.get("__url__", "?") + ":" + sample["__key__"], err
-            )
+        except SAMPLE_ERRORS as err:
+            log.warning("skipping evaluation sample %s: %s", sample_name(sample), err)
             continue
         yield views, int(meta["label"]), str(meta["key"])
 
@@ -150,7 +164,7 @@ class TrainLoader:
         )
         dataset = wds.DataPipeline(
             shards,
-            wds.tarfile_to_samples(handler=wds.warn_and_continue),
+            wds.tarfile_to_samples(handler=log_and_continue),
             wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
             partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
@@ -184,7 +198,7 @@ def build_eval_loader(
     dataset = wds.DataPipeline(
         wds.SimpleShardList(urls) if urls else [],  # a rank without shards yields no batch
         wds.split_by_worker,
-        wds.tarfile_to_samples(handler=wds.warn_and_continue),
+        wds.tarfile_to_samples(handler=log_and_continue),
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )

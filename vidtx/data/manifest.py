@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 MANIFEST_SUFFIX = ".manifest.json"
 
@@ -34,6 +37,17 @@ class Reject(BaseModel):
     path: str
     label: int
     reason: str
+
+
+def reason_kind(reason: str) -> str:
+    """A reject reason without its detail: 'not a readable video container (Invalid data ...)' ->
+    'not a readable video container', 'too short: 2 frames < min_frames 4' -> 'too short'."""
+    return re.split(r"[:(]", reason, maxsplit=1)[0].strip()
+
+
+def reason_counts(rejects: Iterable[Reject]) -> list[tuple[str, int]]:
+    """(reason kind, count) over `rejects`, the most frequent first."""
+    return Counter(reason_kind(reject.reason) for reject in rejects).most_common()
 
 
 class Manifest(BaseModel):
@@ -68,6 +82,28 @@ class Manifest(BaseModel):
         return path
 
 
+def file_sha256(path: Path) -> str:
+    with Path(path).open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def damaged_shards(manifest: Manifest, *, check_sha256: bool = True) -> list[str]:
+    """One line per shard of the manifest that is missing, has another size or (when
+    `check_sha256`, which reads every byte) another sha256 than the manifest records."""
+    problems = []
+    for shard, url in zip(manifest.shards, manifest.shard_urls(), strict=True):
+        path = Path(url)
+        if not path.is_file():
+            problems.append(f"{shard.name}: missing")
+        elif (size := path.stat().st_size) != shard.bytes:
+            problems.append(
+                f"{shard.name}: {size} bytes, the manifest says {shard.bytes} (truncated or replaced)"
+            )
+        elif check_sha256 and file_sha256(path) != shard.sha256:
+            problems.append(f"{shard.name}: sha256 mismatch against the manifest (corrupted or replaced)")
+    return problems
+
+
 def content_hash(shards: list[ShardInfo], class_names: list[str]) -> str:
     payload = {"classes": class_names, "shards": [[s.name, s.samples, s.sha256] for s in shards]}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -77,7 +113,10 @@ def load_manifest(shards_dir: Path, split: str) -> Manifest:
     path = Path(shards_dir) / f"{split}{MANIFEST_SUFFIX}"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no manifest (shard the '{split}' split with `vidtx shard` first)")
-    manifest = Manifest.model_validate_json(path.read_text())
+    try:
+        manifest = Manifest.model_validate_json(path.read_text())
+    except ValidationError as err:
+        raise ValueError(f"{path}: not a valid manifest ({err.errors()[0]['msg']})") from err
     manifest._root = Path(shards_dir)
     return manifest
 

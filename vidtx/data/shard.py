@@ -7,13 +7,16 @@ shard); `shard_dataset` does the same with a process pool.
   mixes classes), cut into shards of at most `max_samples_per_shard` samples and about
   `max_bytes_per_shard` bytes of source video. Sample keys are `<shard:06d><position:06d>`; a
   rejected video leaves a gap, so keys never depend on which other videos were bad.
-* `write_shard` probes every video (and re-encodes it when asked), writes the good ones with
-  `webdataset.TarWriter` to `<name>.tmp`, renames it to `<name>` when complete, then writes
+* `write_shard` probes every video (and re-encodes it when asked) in a time-limited child process,
+  writes the good ones with `webdataset.TarWriter` to `<name>.tmp`, renames it when complete, writes
   `<name>.stats.json` (the completion marker, holding the shard's counts and rejects). Tar members
   carry fixed mtime/owner/mode, so the same input gives byte-identical tars. A shard whose marker
   matches the plan and whose tar still has the recorded sha256 is skipped.
 * `finalize_split` writes `<split>.rejects.jsonl` and then `<split>.manifest.json`; loaders read the
   manifest, so a killed run is never mistaken for a complete one.
+
+No single video or annotation row stops the job: bad ones are rejects with a reason; only more than
+`max_reject_fraction` of them fails a split, with the reasons counted in the error.
 """
 
 from __future__ import annotations
@@ -25,18 +28,25 @@ import os
 import random
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 
-import av
 import webdataset as wds
 from pydantic import BaseModel, ConfigDict
 
 from vidtx.config import ShardConfig
-from vidtx.data.decode import VideoDecodeError, check_container, probe_video
-from vidtx.data.encode import reencode
-from vidtx.data.manifest import MANIFEST_SUFFIX, Manifest, Reject, ShardInfo, content_hash
-from vidtx.data.sources import VIDEO_EXTENSIONS, VideoRecord, read_source
+from vidtx.data.manifest import (
+    MANIFEST_SUFFIX,
+    Manifest,
+    Reject,
+    ShardInfo,
+    content_hash,
+    file_sha256,
+    reason_counts,
+)
+from vidtx.data.prepare import PROBE_TIMEOUT_S, RejectedVideoError, VideoPreparer
+from vidtx.data.sources import VideoRecord, read_source
 from vidtx.log import setup_logging, track
 
 log = logging.getLogger(__name__)
@@ -56,6 +66,7 @@ class ShardItem(BaseModel):
     path: str  # where to read the video
     source: str  # path as recorded in the sample's json (relative to the dataset root when possible)
     label: int
+    problem: str | None = None  # an annotation problem: the item is a reject without being read
 
 
 class ShardSpec(BaseModel):
@@ -74,7 +85,7 @@ class ShardSpec(BaseModel):
 
     def fingerprint(self, cfg: ShardConfig) -> str:
         """Changes whenever the bytes of the shard could: its plan or the per-video processing."""
-        recipe = {"spec": self.model_dump(mode="json"), "min_frames": cfg.min_frames}
+        recipe = {"spec": self.model_dump(mode="json", exclude_none=True), "min_frames": cfg.min_frames}
         recipe["reencode"] = cfg.reencode.model_dump(mode="json") if cfg.reencode else None
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
@@ -89,10 +100,6 @@ class ShardResult(BaseModel):
     rejects: list[Reject]
     class_names: list[str]  # the plan's label map, so finalizing needs nothing but the results
     fingerprint: str
-
-
-class RejectedVideoError(Exception):
-    """A video that cannot be used; the message is the reason recorded in the rejects list."""
 
 
 def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
@@ -114,6 +121,7 @@ def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
                     path=str(record.path),
                     source=_relative(record.path, source.root),
                     label=record.label,
+                    problem=record.problem,
                 )
                 for position, record in enumerate(group)
             )
@@ -128,7 +136,8 @@ def _pack(records: list[VideoRecord], max_samples: int, max_bytes: int) -> list[
     groups: list[list[VideoRecord]] = [[]]
     group_bytes = 0
     for record in records:
-        size = (record.path.stat().st_size if record.path.is_file() else 0) + TAR_OVERHEAD_BYTES
+        readable = record.problem is None and record.path.is_file()
+        size = (record.path.stat().st_size if readable else 0) + TAR_OVERHEAD_BYTES
         if groups[-1] and (len(groups[-1]) >= max_samples or group_bytes + size > max_bytes):
             groups.append([])
             group_bytes = 0
@@ -141,11 +150,6 @@ def _relative(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
 def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Path:
     return cfg.output / spec.name.replace(".tar", ".stats.json")
 
@@ -156,28 +160,18 @@ def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResul
     if not (stats.is_file() and tar.is_file()):
         return None
     result = ShardResult.model_validate_json(stats.read_text())
-    intact = tar.stat().st_size == result.bytes and _sha256(tar) == result.sha256
+    intact = tar.stat().st_size == result.bytes and file_sha256(tar) == result.sha256
     return result if result.fingerprint == fingerprint and intact else None
 
 
-def _sample(item: ShardItem, spec: ShardSpec, cfg: ShardConfig) -> dict[str, str | bytes]:
+def _sample(
+    item: ShardItem, spec: ShardSpec, cfg: ShardConfig, preparer: VideoPreparer
+) -> dict[str, str | bytes]:
     """The tar members of one video, after probing (and re-encoding); raises RejectedVideoError."""
-    path = Path(item.path)
-    if not path.is_file():
-        raise RejectedVideoError("missing: file not found")
-    data = path.read_bytes()
-    extension = path.suffix.lower() if path.suffix.lower() in VIDEO_EXTENSIONS else ".mp4"
-    try:
-        if cfg.reencode is not None:
-            check_container(data)
-            try:
-                data = reencode(data, cfg.reencode)
-            except (av.FFmpegError, ValueError) as err:
-                raise VideoDecodeError(f"re-encode failed ({err})") from err
-            extension = ".mp4"
-        info = probe_video(data)
-    except VideoDecodeError as err:
-        raise RejectedVideoError(str(err)) from err
+    if item.problem is not None:
+        raise RejectedVideoError(item.problem)
+    video = preparer.prepare(Path(item.path), cfg.reencode)
+    info = video.info
     if info.num_frames < cfg.min_frames:
         raise RejectedVideoError(f"too short: {info.num_frames} frames < min_frames {cfg.min_frames}")
     meta = {
@@ -192,11 +186,18 @@ def _sample(item: ShardItem, spec: ShardSpec, cfg: ShardConfig) -> dict[str, str
         "height": info.height,
         "reencoded": cfg.reencode is not None,
     }
-    return {"__key__": item.key, extension[1:]: data, "json": json.dumps(meta, sort_keys=True).encode()}
+    return {
+        "__key__": item.key,
+        video.extension: video.data,
+        "json": json.dumps(meta, sort_keys=True).encode(),
+    }
 
 
-def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
-    """Write one shard (idempotent: a finished, intact shard from the same plan is not rewritten)."""
+def write_shard(
+    spec: ShardSpec, cfg: ShardConfig, *, probe_timeout_s: float = PROBE_TIMEOUT_S
+) -> ShardResult:
+    """Write one shard (idempotent: a finished, intact shard from the same plan is not rewritten);
+    a video whose probe (and re-encode) takes more than `probe_timeout_s` is rejected."""
     fingerprint = spec.fingerprint(cfg)
     done = _finished(spec, cfg, fingerprint)
     if done is not None:
@@ -208,12 +209,15 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
     tar, temporary = cfg.output / spec.name, cfg.output / f"{spec.name}.tmp"
     counts: Counter[str] = Counter()
     rejects = []
-    with wds.TarWriter(
-        str(temporary), user="vidtx", group="vidtx", mode=0o444, mtime=0, encoder=False
-    ) as writer:
+    with (
+        VideoPreparer(probe_timeout_s) as preparer,
+        wds.TarWriter(
+            str(temporary), user="vidtx", group="vidtx", mode=0o444, mtime=0, encoder=False
+        ) as writer,
+    ):
         for item in spec.items:
             try:
-                sample = _sample(item, spec, cfg)
+                sample = _sample(item, spec, cfg, preparer)
             except RejectedVideoError as err:
                 rejects.append(
                     Reject(key=item.source_key, path=item.source, label=item.label, reason=str(err))
@@ -227,7 +231,7 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
         split=spec.split,
         samples=sum(counts.values()),
         bytes=temporary.stat().st_size,
-        sha256=_sha256(temporary),
+        sha256=file_sha256(temporary),
         counts_per_class=dict(sorted(counts.items())),
         rejects=rejects,
         class_names=list(spec.class_names),
@@ -254,9 +258,10 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
         file.writelines(reject.model_dump_json() + "\n" for reject in rejects)
     planned = sum(r.samples for r in results) + len(rejects)
     if planned and len(rejects) / planned > cfg.max_reject_fraction:
+        reasons = ", ".join(f"{count} x {reason}" for reason, count in reason_counts(rejects))
         raise ShardingError(
             f"{split}: {len(rejects)} of {planned} videos rejected (> max_reject_fraction "
-            f"{cfg.max_reject_fraction}); see {cfg.output / f'{split}.rejects.jsonl'}"
+            f"{cfg.max_reject_fraction}): {reasons}; see {cfg.output / f'{split}.rejects.jsonl'}"
         )
     counts = Counter(dict.fromkeys(class_names, 0))
     for result in results:
@@ -279,19 +284,20 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
     return manifest
 
 
-def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
+def shard_dataset(cfg: ShardConfig, *, probe_timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Manifest]:
     """Plan, write every shard with `cfg.processes` processes, and finalize every split."""
     specs = plan_shards(cfg)
+    write = partial(write_shard, cfg=cfg, probe_timeout_s=probe_timeout_s)
     results: list[ShardResult]
     if cfg.processes == 1:
-        results = [write_shard(spec, cfg) for spec in track(specs, "shards", total=len(specs))]
+        results = [write(spec) for spec in track(specs, "shards", total=len(specs))]
     else:
         # forkserver: workers start clean (no inherited decoder or thread state from the parent).
         context, level = get_context("forkserver"), logging.getLogger().level
         with ProcessPoolExecutor(
             cfg.processes, context, initializer=setup_logging, initargs=(level,)
         ) as pool:
-            futures = [pool.submit(write_shard, spec, cfg) for spec in specs]
+            futures = [pool.submit(write, spec) for spec in specs]
             results = [
                 future.result() for future in track(as_completed(futures), "shards", total=len(futures))
             ]

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import itertools
-import re
-from collections import Counter
+import logging
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import webdataset as wds
 from matplotlib.figure import Figure  # no pyplot: no global backend, no display needed
 
-from vidtx.data.loader import open_sample
-from vidtx.data.manifest import Manifest
+from vidtx.data.loader import SAMPLE_ERRORS, log_and_continue, open_sample, sample_name
+from vidtx.data.manifest import Manifest, reason_counts
 from vidtx.data.sampling import FrameSampler
 
-
-def reject_reason_kind(reason: str) -> str:
-    """The reason without its detail: 'not a video (Invalid data ...)' -> 'not a video'."""
-    return re.split(r"[:(]", reason, maxsplit=1)[0].strip()
+log = logging.getLogger(__name__)
 
 
 def describe(manifest: Manifest) -> str:
@@ -33,9 +32,22 @@ def describe(manifest: Manifest) -> str:
         f"  {index:>4}  {name:<{width}}  {manifest.counts_per_class.get(name, 0):>7}"
         for index, name in enumerate(manifest.class_names)
     ]
-    reasons = Counter(reject_reason_kind(reject.reason) for reject in manifest.rejects)
-    lines += [f"  rejected: {count} x {reason}" for reason, count in reasons.most_common()]
+    lines += [f"  rejected: {count} x {reason}" for reason, count in reason_counts(manifest.rejects)]
     return "\n".join(lines)
+
+
+def _sheet_rows(
+    manifest: Manifest, num_frames: int, short_side: int
+) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
+    """(frames (T, H, W, 3), metadata) of the split's videos that can be read, in order."""
+    shards = wds.SimpleShardList(manifest.shard_urls())
+    sampler = FrameSampler("segment", num_frames)
+    for sample in wds.DataPipeline(shards, wds.tarfile_to_samples(handler=log_and_continue)):
+        try:
+            video, meta = open_sample(sample, short_side, num_threads=1)
+            yield video.frames(sampler.test(video.num_frames)[0].tolist()), meta
+        except SAMPLE_ERRORS as err:
+            log.warning("contact sheet: skipping %s: %s", sample_name(sample), err)
 
 
 def contact_sheet(
@@ -43,12 +55,7 @@ def contact_sheet(
 ) -> Path:
     """A PNG with one row per video (the first `num_videos` of the split) of `num_frames` frames
     spread over the whole video, titled with the label; returns the path written."""
-    samples = wds.DataPipeline(wds.SimpleShardList(manifest.shard_urls()), wds.tarfile_to_samples())
-    sampler = FrameSampler("segment", num_frames)
-    rows = []
-    for sample in itertools.islice(samples, num_videos):
-        video, meta = open_sample(sample, short_side, num_threads=1)
-        rows.append((video.frames(sampler.test(video.num_frames)[0].tolist()), meta))
+    rows = list(itertools.islice(_sheet_rows(manifest, num_frames, short_side), num_videos))
     figure = Figure(figsize=(1.6 * num_frames, 1.8 * max(1, len(rows))))
     axes = figure.subplots(max(1, len(rows)), num_frames, squeeze=False)
     for axis in axes.flat:
