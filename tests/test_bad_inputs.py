@@ -587,9 +587,22 @@ def test_loaders_read_what_is_left_of_a_truncated_tar_and_log_the_rest(
     assert len(epoch) == 6  # a whole epoch: training goes on, resampling the readable data
     assert all(clips.shape == (4, 3, 4, 28, 28) for clips, _ in epoch)
     assert all(torch.isfinite(clips).all() for clips, _ in epoch)
-    unreadable = [r.getMessage() for r in caplog.records if "unreadable shard data" in r.getMessage()]
+    messages = [r.getMessage() for r in caplog.records]
+    size = (damaged_shards / "train-000001.tar").stat().st_size
+    damaged = f"split train: damaged shard train-000001.tar: {size} bytes, the manifest says"
+    assert sum(m.startswith(damaged) for m in messages) == 1  # when the train loader is built
+    unreadable = [m for m in messages if "unreadable shard data" in m]
     assert unreadable
     assert all("ReadError" in m and "train-000001.tar" in m for m in unreadable)
+
+
+def test_a_train_loader_without_any_shard_file_fails_instead_of_waiting_forever(
+    damaged_shards: Path,
+) -> None:
+    for tar in damaged_shards.glob("train-*.tar"):
+        tar.unlink()
+    with pytest.raises(FileNotFoundError, match="none of the 5 'train' shards exists"):
+        build_train_loader(loader_config(damaged_shards), batch_size=4, seed=0)
 
 
 def test_vidtx_inspect_reports_damaged_shards_instead_of_crashing(damaged_shards: Path) -> None:

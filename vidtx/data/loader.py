@@ -27,6 +27,7 @@ import logging
 import math
 from collections.abc import Iterable, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ import webdataset as wds
 
 from vidtx.config import DataConfig
 from vidtx.data.decode import Video, VideoDecodeError, open_video, scaled_size
-from vidtx.data.manifest import load_manifest
+from vidtx.data.manifest import Manifest, damaged_shards, load_manifest
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.sources import VIDEO_EXTENSIONS
 from vidtx.data.transforms import EvalTransform, TrainTransform
@@ -141,12 +142,24 @@ def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
     return wds.WebLoader(dataset, batch_size=None, num_workers=num_workers, **workers)
 
 
+def _check_shards(manifest: Manifest, shards_dir: Path) -> None:
+    """Warn about damaged shards (what can be read of them is still used); fail when no shard file
+    exists at all, where resampling would wait forever for a first sample."""
+    for problem in damaged_shards(manifest, check_sha256=False):
+        log.warning("split %s: damaged shard %s; its unreadable samples are skipped", manifest.split, problem)
+    if not any(Path(url).is_file() for url in manifest.shard_urls()):
+        raise FileNotFoundError(
+            f"{shards_dir}: none of the {len(manifest.shards)} '{manifest.split}' shards exists"
+        )
+
+
 class TrainLoader:
     """One epoch of training batches per iteration; the next iteration is the next epoch."""
 
     def __init__(self, cfg: DataConfig, batch_size: int, seed: int, epoch: int) -> None:
         self.cfg, self.batch_size, self.seed, self.epoch = cfg, batch_size, seed, epoch
         self.manifest = load_manifest(cfg.shards, cfg.train_split)
+        _check_shards(self.manifest, cfg.shards)
         # Resolved here, in the training process: DataLoader workers see no torch.distributed group.
         self.rank, world_size, _, _ = wds.utils.pytorch_worker_info()
         self.batches_per_epoch = math.ceil(self.manifest.num_samples / world_size / batch_size)
