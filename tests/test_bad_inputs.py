@@ -5,6 +5,7 @@ Videos are written with PyAV in the test (H.264 MP4, VP9 WebM, H.264 MKV, MPEG-4
 then broken with plain byte operations; `vidtx shard` probes them and the loaders decode the shards.
 """
 
+import functools
 import io
 import json
 import logging
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 
@@ -100,30 +102,43 @@ def corrupted(data: bytes) -> bytes:
     return data[:start] + noise + data[start + len(noise) :]
 
 
-GOOD = encode(moving_frames(12, 64, 48))
+@functools.cache
+def good() -> bytes:
+    return encode(moving_frames(12, 64, 48))
+
+
 VFR_PTS_MS = [0, 40, 80, 200, 240, 400, 420, 440, 700, 740, 780, 1000]
 
-# name -> (file content, reason the shard job gives, or None when the video is sharded)
-VIDEO_CASES: dict[str, tuple[bytes | None, str | None]] = {
-    "corrupt.mp4": (corrupted(GOOD), "undecodable: PyAV cannot decode frames"),
-    "truncated.mp4": (GOOD[: len(GOOD) // 2], "not a readable video container (Invalid data"),
-    "zero_bytes.mp4": (b"", "empty file"),
-    "notes.txt": (b"this is not a video\n" * 20, "not a readable video container (Invalid data"),
-    "image.png": (png(), "not a video: a still image (png_pipe)"),
-    "audio_only.mp4": (audio_only(), "no video stream"),
-    "two_frames.mp4": (encode(moving_frames(2, 64, 48)), "too short: 2 frames < min_frames 3"),
+# name -> (how to write the file, reason the shard job gives, or None when the video is sharded)
+VIDEO_CASES: dict[str, tuple[Callable[[], bytes] | None, str | None]] = {
+    "corrupt.mp4": (lambda: corrupted(good()), "undecodable: PyAV cannot decode frames"),
+    "truncated.mp4": (lambda: good()[: len(good()) // 2], "not a readable video container (Invalid data"),
+    "zero_bytes.mp4": (lambda: b"", "empty file"),
+    "notes.txt": (lambda: b"this is not a video\n" * 20, "not a readable video container (Invalid data"),
+    "image.png": (png, "not a video: a still image (png_pipe)"),
+    "audio_only.mp4": (audio_only, "no video stream"),
+    "two_frames.mp4": (lambda: encode(moving_frames(2, 64, 48)), "too short: 2 frames < min_frames 3"),
     "missing.mp4": (None, "missing: file not found"),
     "a_folder.mp4": (None, "unreadable: Is a directory"),
     # sharded: fewer frames than the clip (padded when loading), odd sizes, VFR, other containers
-    "five_frames.mp4": (encode(moving_frames(5, 64, 48)), None),
-    "portrait.mp4": (encode(moving_frames(12, 48, 64)), None),
-    "tiny.mp4": (encode(moving_frames(12, 18, 14)), None),
-    "uhd_4k.mp4": (encode(moving_frames(3, 3840, 2160)), None),
-    "vfr.mp4": (encode(moving_frames(12, 64, 48), pts_ms=VFR_PTS_MS), None),
-    "vp9.webm": (encode(moving_frames(12, 64, 48), "webm", "libvpx-vp9"), None),
-    "h264.mkv": (encode(moving_frames(12, 64, 48), "matroska"), None),
-    "mpeg4.avi": (encode(moving_frames(12, 64, 48), "avi", "mpeg4"), None),
+    "five_frames.mp4": (lambda: encode(moving_frames(5, 64, 48)), None),
+    "portrait.mp4": (lambda: encode(moving_frames(12, 48, 64)), None),
+    "tiny.mp4": (lambda: encode(moving_frames(12, 18, 14)), None),
+    "uhd_4k.mp4": (lambda: encode(moving_frames(3, 3840, 2160)), None),
+    "vfr.mp4": (lambda: encode(moving_frames(12, 64, 48), pts_ms=VFR_PTS_MS), None),
+    "vp9.webm": (lambda: encode(moving_frames(12, 64, 48), "webm", "libvpx-vp9"), None),
+    "h264.mkv": (lambda: encode(moving_frames(12, 64, 48), "matroska"), None),
+    "mpeg4.avi": (lambda: encode(moving_frames(12, 64, 48), "avi", "mpeg4"), None),
 }
+
+
+@functools.cache
+def case_bytes(name: str) -> bytes:
+    write = VIDEO_CASES[name][0]
+    assert write is not None
+    return write()
+
+
 SHARDED = sorted(name for name, (_, reason) in VIDEO_CASES.items() if reason is None)
 # (size, frames) as the shard's json records them
 EXPECTED_STREAMS = {
@@ -148,11 +163,11 @@ def write_dataset(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for index in range(4):
-        (folder / f"good{index}.mp4").write_bytes(GOOD)
+        (folder / f"good{index}.mp4").write_bytes(good())
         rows.append(f"good{index}.mp4,{'ab'[index % 2]}")
-    for name, (data, _) in VIDEO_CASES.items():
-        if data is not None:
-            (folder / name).write_bytes(data)
+    for name, (write, _) in VIDEO_CASES.items():
+        if write is not None:
+            (folder / name).write_bytes(case_bytes(name))
         rows.append(f"{name},a")
     (folder / "a_folder.mp4").mkdir()
     rows += ["good0.mp4,b", "good1.mp4,a,train,extra", "good2.mp4,"]  # duplicate, 4 fields, no label
@@ -215,7 +230,7 @@ def test_vidtx_shard_keeps_every_good_and_odd_video_with_its_stream_facts(
 
 
 def test_the_vfr_file_really_has_uneven_timestamps() -> None:
-    with av.open(io.BytesIO(VIDEO_CASES["vfr.mp4"][0])) as container:
+    with av.open(io.BytesIO(case_bytes("vfr.mp4"))) as container:
         stream = container.streams.video[0]
         times = [round(float(frame.time) * 1000) for frame in container.decode(stream)]
     assert times == VFR_PTS_MS
@@ -268,7 +283,7 @@ def test_too_many_rejects_fail_the_job_with_the_reasons_counted(tmp_path: Path) 
 def test_a_video_that_blocks_forever_is_rejected_after_the_probe_timeout(tmp_path: Path) -> None:
     """A FIFO with no writer blocks the read like a stalled network mount: the prober is killed."""
     for name in ("a.mp4", "c.mp4"):
-        (tmp_path / name).write_bytes(GOOD)
+        (tmp_path / name).write_bytes(good())
     os.mkfifo(tmp_path / "b.mp4")
     (tmp_path / "list.csv").write_text("path,label\na.mp4,x\nb.mp4,x\nc.mp4,x\n")
     cfg = ShardConfig(
@@ -283,7 +298,7 @@ def test_a_video_that_blocks_forever_is_rejected_after_the_probe_timeout(tmp_pat
 
 def test_a_prober_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
     """A probe process killed from outside (as the OOM killer would) rejects only its video."""
-    (tmp_path / "good.mp4").write_bytes(GOOD)
+    (tmp_path / "good.mp4").write_bytes(good())
     os.mkfifo(tmp_path / "stuck.mp4")
     outcome: list[Exception] = []
 
@@ -301,7 +316,7 @@ def test_a_prober_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
         child.kill()
         thread.join(timeout=30)
         assert [str(err) for err in outcome] == ["decoder crashed (killed by SIGKILL)"]
-        assert preparer.prepare(tmp_path / "good.mp4", None).data == GOOD
+        assert preparer.prepare(tmp_path / "good.mp4", None).data == good()
 
 
 # --- annotations ---------------------------------------------------------------------------------
@@ -310,7 +325,7 @@ def test_a_prober_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
 def write_kinetics(folder: Path) -> Path:
     (folder / "videos").mkdir(parents=True)
     for stem in ("aaa_000000_000010", "bbb_000005_000015", "ccc_000000_000010"):
-        (folder / "videos" / f"{stem}.mp4").write_bytes(GOOD)
+        (folder / "videos" / f"{stem}.mp4").write_bytes(good())
     (folder / "train.csv").write_text(
         "label,youtube_id,time_start,time_end,split\n"
         "abseiling,aaa,0,10,train\n"
@@ -366,7 +381,7 @@ def write_ssv2(folder: Path, train: object) -> Path:
         train if isinstance(train, str) else json.dumps(train)
     )
     for video_id in ("1", "2", "3"):
-        (folder / "videos" / f"{video_id}.webm").write_bytes(VIDEO_CASES["vp9.webm"][0])
+        (folder / "videos" / f"{video_id}.webm").write_bytes(case_bytes("vp9.webm"))
     return folder
 
 
@@ -524,18 +539,18 @@ def test_samples_that_fail_to_decode_are_skipped_and_logged_by_both_loaders(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     bad = {
-        "corrupt": (VIDEO_CASES["corrupt.mp4"][0], "cannot decode frames"),
-        "truncated": (VIDEO_CASES["truncated.mp4"][0], "cannot open the video"),
+        "corrupt": (case_bytes("corrupt.mp4"), "cannot decode frames"),
+        "truncated": (case_bytes("truncated.mp4"), "cannot open the video"),
         "zero_bytes": (b"", "cannot open the video"),
-        "text": (VIDEO_CASES["notes.txt"][0], "cannot open the video"),
-        "audio_only": (VIDEO_CASES["audio_only.mp4"][0], "cannot open the video"),
+        "text": (case_bytes("notes.txt"), "cannot open the video"),
+        "audio_only": (case_bytes("audio_only.mp4"), "cannot open the video"),
     }
-    samples = {"000000000000": {"mp4": GOOD, "json": meta("good-1.mp4")}}
+    samples = {"000000000000": {"mp4": good(), "json": meta("good-1.mp4")}}
     for index, (name, (data, _)) in enumerate(bad.items(), start=1):
         samples[f"{index:012d}"] = {"mp4": data, "json": meta(f"{name}.mp4")}
     samples["000000000006"] = {"json": meta("no_video.mp4")}
-    samples["000000000007"] = {"mp4": GOOD, "json": b"{not json"}
-    samples["000000000008"] = {"mp4": GOOD, "json": meta("good-2.mp4")}
+    samples["000000000007"] = {"mp4": good(), "json": b"{not json"}
+    samples["000000000008"] = {"mp4": good(), "json": meta("good-2.mp4")}
     write_shard_of_samples(tmp_path / "shards", samples)
     cfg = loader_config(tmp_path / "shards")
     with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"):
