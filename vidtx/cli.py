@@ -400,9 +400,24 @@ def models() -> None:
 
 
 @app.command()
-def bench() -> None:
-    """Run the CPU benchmarks (writes benchmarks/results/)."""
-    not_implemented("bench")
+def bench(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Benchmarks to run (default: the whole CPU set).")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small sizes, few repeats; results in runs/bench-quick/.")
+    ] = False,
+) -> None:
+    """Run the CPU benchmarks (writes benchmarks/results/).
+
+    Runs `python -m benchmarks.run` in the source checkout (benchmarks/ is not in the library)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "benchmarks" / "run.py").is_file():
+        fail(f"no benchmarks/ next to {Path(__file__).parent}: run `vidtx bench` from a source checkout")
+    command = [sys.executable, "-m", "benchmarks.run", *(names or []), *(["--quick"] if quick else [])]
+    raise typer.Exit(subprocess.run(command, cwd=root, check=False).returncode)
 
 
 def main() -> None:

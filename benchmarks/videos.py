@@ -1,0 +1,52 @@
+"""Videos that decode like real footage, for the data benchmarks.
+
+The synthetic motion dataset (`vidtx.data.synthetic`) is 64 px and nearly static, so it decodes
+far faster than real video. Here every frame is a window panning over a large multi-scale texture,
+with a little grain that changes from frame to frame: at 640x360, 30 fps, CRF 23 and x264's default
+250-frame GOP that is about 0.6 Mbit/s, and one 8- or 16-frame clip of a 10-s video costs about
+one full decode, like the 256p busy-texture anchors in shared/notes/perf-anchors.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from vidtx.data.encode import encode_mp4
+
+GRAIN_FRAMES = 7  # grain patterns cycled through (fresh noise for every frame would cost more than encoding)
+
+
+def _texture(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """Blocky noise at three scales, summed: (height, width, 3) float32 in [0, 255]."""
+    image = np.zeros((height, width, 3), np.float32)
+    for scale in (64, 16, 4):
+        cells = rng.uniform(0, 1, (height // scale + 2, width // scale + 2, 3)).astype(np.float32)
+        image += np.kron(cells, np.ones((scale, scale, 1), np.float32))[:height, :width] * scale
+    return image * (255 / image.max())
+
+
+def busy_frames(
+    seed: int, *, seconds: float = 10.0, fps: int = 30, width: int = 640, height: int = 360
+) -> Iterator[np.ndarray]:
+    """RGB uint8 frames (height, width, 3) of a camera panning over texture, with grain."""
+    rng = np.random.default_rng(seed)
+    texture = _texture(rng, height + 120, width + int(seconds * fps) + 1)
+    grain = rng.normal(0, 6, (GRAIN_FRAMES, height, width, 3)).astype(np.float32)
+    for t in range(int(seconds * fps)):
+        top = int(60 + 50 * np.sin(t / fps))
+        window = texture[top : top + height, t : t + width]
+        yield np.clip(window + grain[t % GRAIN_FRAMES], 0, 255).astype(np.uint8)
+
+
+def write_busy_videos(folder: Path, count: int, fps: int = 30) -> list[Path]:
+    """`count` different 10-s 640x360 H.264 MP4 files (CRF 23, default GOP) in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(count):
+        path = folder / f"busy{index:03d}.mp4"
+        path.write_bytes(encode_mp4(busy_frames(index, fps=fps), fps, crf=23))
+        paths.append(path)
+    return paths
