@@ -32,7 +32,7 @@ import decord
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
 
-from benchmarks.results import BenchmarkResult, Table, fmt, read_result
+from benchmarks.results import RESULTS_DIR, BenchmarkResult, Table, fmt, read_result
 from benchmarks.timing import Samples, interleaved, torch_threads
 from benchmarks.videos import write_busy_videos
 from vidtx.config import DataConfig, ReencodeConfig, ShardConfig
@@ -185,11 +185,11 @@ def measure_sharding(dataset: Path, paths: list[Path], work: Path, rounds: int) 
     )
 
 
-def gpu_demand(num_frames: int) -> tuple[float, str]:
+def gpu_demand(num_frames: int, results_dir: Path = RESULTS_DIR) -> tuple[float, str]:
     """Clips/s one GPU trains X-ViT B/16 on at `num_frames` x 224: measured by benchmarks/gpu.py when a
     GPU run was committed, else from the model's FLOPs at the stated MFU."""
     name = f"xvit_b16_{num_frames}x224"
-    measured = read_result("gpu")
+    measured = read_result("gpu", results_dir)
     if measured and not measured["quick"] and name in measured["raw"].get("training", {}):
         gpu = measured["environment"]["gpu"]
         return measured["raw"]["training"][name]["clips_per_second"], f"measured on {gpu} (benchmarks/gpu.py)"

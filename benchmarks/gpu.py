@@ -19,6 +19,7 @@ Writes `benchmarks/results/gpu.json` and `gpu.md` (with --smoke: `runs/bench-qui
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -31,7 +32,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.results import REPO_ROOT, RESULTS_DIR, BenchmarkResult, Table, fmt, write_result
-from benchmarks.timing import peak_memory, synchronize
+from benchmarks.timing import peak_memory, synchronize, torch_threads
 from vidtx.models import count_flops, create_model
 
 log = logging.getLogger("benchmarks.gpu")
@@ -187,12 +188,15 @@ def compare_backends(arguments: dict, micro_batch: int, device: torch.device, st
 
 
 def run(output_dir: Path, quick: bool = False, budget_seconds: float = 420.0) -> BenchmarkResult:
-    """All measurements on the default device (CUDA when present); `quick` is the CPU smoke test."""
-    deadline = time.monotonic() + budget_seconds
-    sizes = SMOKE if quick else REAL
+    """All measurements on the default device (CUDA when present); `quick` is the smoke test."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu" and not quick:
         raise SystemExit("no GPU: run with --smoke to check the script on the CPU")
+    with torch_threads(1) if device.type == "cpu" else contextlib.nullcontext():
+        return measure(SMOKE if quick else REAL, device, time.monotonic() + budget_seconds, quick)
+
+
+def measure(sizes: Sizes, device: torch.device, deadline: float, quick: bool) -> BenchmarkResult:
     log.info("matmul peak on %s", device)
     matmul = matmul_peak(device, sizes.matmul_sizes)
     peak = max(matmul.values())

@@ -13,7 +13,7 @@ import os
 import platform
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,8 @@ def markdown(result: BenchmarkResult, env: dict[str, Any]) -> str:
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "to_json"):
         return value.to_json()
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
@@ -133,7 +135,8 @@ def write_result(result: BenchmarkResult, output_dir: Path = RESULTS_DIR) -> tup
     output_dir.mkdir(parents=True, exist_ok=True)
     env = environment()
     json_path, md_path = output_dir / f"{result.name}.json", output_dir / f"{result.name}.md"
-    document = {**asdict(result), "environment": env}
+    # Not `asdict(result)`: it would turn the raw `Samples` into bare dicts before `to_json` sees them.
+    document = {**{item.name: getattr(result, item.name) for item in fields(result)}, "environment": env}
     json_path.write_text(json.dumps(document, indent=2, default=_jsonable) + "\n")
     md_path.write_text(markdown(result, env))
     return json_path, md_path

@@ -1,0 +1,195 @@
+"""The benchmark machinery: interleaved timing, peak memory, results files, the runner, `vidtx bench`,
+and the GPU script's CPU smoke mode. (Speed itself is measured by `make bench`, never in tests.)"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+# benchmarks/ is not part of the installed package: import it from the checkout whatever the working
+# directory (`python -m pytest` from the root would find it anyway, `.venv/bin/pytest` would not).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import data_loading, gpu, run
+from benchmarks.results import BenchmarkResult, Table, fmt, read_result, write_index, write_result
+from benchmarks.timing import Samples, interleaved, peak_memory, time_interleaved, torch_threads
+
+MB = 1_000_000
+
+
+def test_interleaved_rotates_the_order_every_round() -> None:
+    calls: list[str] = []
+    measurements = {name: (lambda name=name: calls.append(name) or float(len(calls))) for name in "abc"}
+    samples = interleaved(measurements, rounds=3)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert samples["a"].values == (1.0, 6.0, 8.0)
+
+
+def test_time_interleaved_warms_up_and_times_each_candidate() -> None:
+    calls = {"fast": 0, "slow": 0}
+
+    def candidate(name: str, seconds: float) -> None:
+        calls[name] += 1
+        time.sleep(seconds)
+
+    timings = time_interleaved(
+        {"fast": lambda: candidate("fast", 0.001), "slow": lambda: candidate("slow", 0.02)},
+        warmup=2,
+        repeats=3,
+    )
+    assert calls == {"fast": 5, "slow": 5}
+    assert len(timings["slow"].values) == 3
+    assert timings["slow"].median > 0.02 > timings["fast"].median
+
+
+def test_samples_statistics() -> None:
+    samples = Samples((1.0, 4.0, 2.0))
+    assert samples.median == 2.0
+    assert samples.spread == pytest.approx(1.5)
+    assert samples.to_json() == {"median": 2.0, "min": 1.0, "max": 4.0, "values": (1.0, 4.0, 2.0)}
+
+
+def test_peak_memory_counts_live_tensors_at_the_peak() -> None:
+    def allocate() -> None:
+        first = torch.empty(4 * MB, dtype=torch.uint8)
+        second = torch.empty(2 * MB, dtype=torch.uint8)
+        del first, second
+        torch.empty(1 * MB, dtype=torch.uint8)
+
+    assert 6 * MB <= peak_memory(allocate) < 6.1 * MB
+
+
+def test_peak_memory_ignores_frees_of_tensors_made_before_the_call() -> None:
+    held = [torch.empty(8 * MB, dtype=torch.uint8)]
+
+    def release_then_allocate() -> None:
+        held.clear()
+        torch.empty(3 * MB, dtype=torch.uint8)
+
+    assert 3 * MB <= peak_memory(release_then_allocate) < 3.1 * MB
+
+
+def test_torch_threads_is_restored() -> None:
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+def test_fmt_keeps_significant_digits() -> None:
+    assert [fmt(v) for v in (0.0123456, 1.23456, 123.456, 12345.6, 0.0)] == [
+        "0.0123",
+        "1.23",
+        "123",
+        "12,346",
+        "0",
+    ]
+    assert fmt(1e-5) == "1e-05"
+
+
+def sample_result(name: str, quick: bool = False) -> BenchmarkResult:
+    return BenchmarkResult(
+        name=name,
+        title=f"Title of {name}",
+        summary="What was compared.",
+        inputs={"size": 3},
+        tables=[Table("Timings", ["case", "ms"], [["a", "1.00"], ["b", "2.00"]])],
+        raw={"a": Samples((0.001, 0.002))},
+        notes=["a is faster"],
+        quick=quick,
+    )
+
+
+def test_write_result_writes_json_and_markdown(tmp_path: Path) -> None:
+    json_path, md_path = write_result(sample_result("example"), tmp_path)
+    document = json.loads(json_path.read_text())
+    assert document["raw"]["a"]["median"] == pytest.approx(0.0015)
+    assert document["inputs"] == {"size": 3}
+    for key in ("date", "torch", "cpu_count", "load_average_1_5_15_min", "git_commit"):
+        assert key in document["environment"]
+    markdown = md_path.read_text()
+    assert markdown.startswith("## Title of example\n")
+    assert "| case | ms |\n|---|---|\n| a | 1.00 |" in markdown
+    assert "- a is faster" in markdown
+    assert f"torch {torch.__version__}" in markdown
+    assert read_result("example", tmp_path)["title"] == "Title of example"
+    assert read_result("missing", tmp_path) is None
+
+
+def test_write_index_gathers_tables_in_order(tmp_path: Path) -> None:
+    for name in ("zeta", "beta", "alpha"):
+        write_result(sample_result(name, quick=name == "beta"), tmp_path)
+    index = write_index(tmp_path, ["zeta", "absent"], ["# Results"]).read_text()
+    assert index.startswith("# Results\n")
+    positions = [index.index(f"## Title of {name}") for name in ("zeta", "alpha", "beta")]
+    assert positions == sorted(positions)
+    assert "## Title of beta (quick run)" in index
+
+
+def test_every_registered_benchmark_has_a_run_function() -> None:
+    for name in run.BENCHMARKS:
+        module = importlib.import_module(f"benchmarks.{name}")
+        assert list(inspect.signature(module.run).parameters) == ["output_dir", "quick"]
+
+
+def test_runner_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run.main(["attention_scaling", "nope"])
+    assert exit_info.value.code == 2
+    assert "unknown benchmark(s) nope" in capsys.readouterr().err
+
+
+def test_vidtx_bench_reaches_the_runner() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "vidtx", "bench", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "unknown benchmark(s) nope" in result.stderr
+
+
+def test_steady_rate_leaves_out_the_batches_before_skip() -> None:
+    def batches():  # the first batch is slow (worker start-up), then 4 clips every 20 ms
+        time.sleep(0.3)
+        yield torch.zeros(4)
+        for _ in range(5):
+            time.sleep(0.02)
+            yield torch.zeros(4)
+
+    rate = data_loading.steady_rate(batches(), count=6, skip=1)
+    assert 50 < rate <= 200  # 20 clips in 5 x 20 ms; the first 300 ms are not counted
+
+
+def test_gpu_demand_uses_a_committed_gpu_result_when_there_is_one(tmp_path: Path) -> None:
+    stated, source = data_loading.gpu_demand(8, tmp_path)
+    assert "40% MFU" in source
+    assert 400 < stated < 550  # 0.4 x 989 TFLOP/s over ~0.84 TFLOP per X-ViT B/16 8x224 clip
+    measured = sample_result("gpu")
+    measured.raw = {"training": {"xvit_b16_8x224": {"clips_per_second": 321.0}}}
+    write_result(measured, tmp_path)
+    rate, source = data_loading.gpu_demand(8, tmp_path)
+    assert rate == 321.0
+    assert source.startswith("measured")
+
+
+def test_gpu_script_smoke_mode_runs_on_the_cpu(tmp_path: Path) -> None:
+    assert gpu.main(["--smoke", "--output", str(tmp_path)]) == 0
+    document = json.loads((tmp_path / "gpu.json").read_text())
+    assert document["quick"] is True
+    for label, measured in document["raw"]["training"].items():
+        assert measured["clips_per_second"] > 0, label
+        assert measured["micro_batches"]["1"]["peak_bytes"] > 0
+    assert "step_seconds" in document["raw"]["sdpa_backends"]["flash"]
+    assert "step_seconds" in document["raw"]["sdpa_backends"]["math (vidtx)"]
+    assert "smoke test" in (tmp_path / "gpu.md").read_text()
