@@ -13,6 +13,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export DO_NOT_TRACK ?= true
 export RAY_USAGE_STATS_ENABLED ?= 0
+# Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
+export PREFECT_HOME ?= $(CURDIR)/.prefect
 
 .PHONY: install demo test lint format bench ui ui-stop clean
 
@@ -27,7 +29,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $@
 
 demo: install
-	$(BIN)/vidtx --help
+	$(BIN)/vidtx pipeline configs/experiments/demo.yaml
 
 test: install
 	$(BIN)/ruff check .

@@ -64,7 +64,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     setup_logging()
-    summary = video_pipeline(load_config(args.config, args.overrides))
+    config = load_config(args.config, args.overrides)
+    summary = video_pipeline(config)
+    metrics = summary["metrics"]
+    print(
+        f"\nvideo-pipeline finished: {config.eval.split} top-1 {metrics['top1']:.3f} "
+        f"(logits-sum {metrics['logits_sum/top1']:.3f}, prob-mean {metrics['prob_mean/top1']:.3f}, "
+        f"top-5 {metrics['top5']:.3f}, {metrics['videos']:.0f} videos)\n"
+        f"  training run   {summary['run_name']} -> MLflow run {summary['mlflow_run_id']}\n"
+        f"  model          {summary['model_uri']} aliases {', '.join(summary['aliases'])}\n"
+        f"  browse         make ui, then http://127.0.0.1:5000 (MLflow) and http://127.0.0.1:4200 (Prefect)\n"
+        f"  predict        vidtx predict VIDEO.mp4 --model models:/{config.registry.model_name}@champion"
+    )
     print("VIDTX_PIPELINE_RESULT " + json.dumps(summary, default=str))
 
 

@@ -291,7 +291,7 @@ def test_a_video_that_blocks_forever_is_rejected_after_the_probe_timeout(tmp_pat
     )
     order = [Path(item.path).name for item in plan_shards(cfg)[0].items]
     assert order.index("b.mp4") < 2  # so a video comes after the hanging one
-    manifest = shard_dataset(cfg, probe_timeout_s=3)["train"]
+    manifest = shard_dataset(cfg.model_copy(update={"probe_timeout_s": 3}))["train"]
     assert manifest.num_samples == 2  # the video after the hanging one is probed by a fresh child
     assert [(r.path, r.reason) for r in manifest.rejects] == [("b.mp4", "timeout: not probed within 3 s")]
 

@@ -112,6 +112,12 @@ class ShardConfig(StrictModel):
     reencode: ReencodeConfig | None = Field(
         None, description="Re-encode videos (None: copy bytes as they are)."
     )
+    classes: list[str] | None = Field(
+        None, description="The label set (None: every label in the annotations); other labels are rejects."
+    )
+    probe_timeout_s: float = Field(
+        600.0, gt=0, description="Per video: a probe (and re-encode) that takes longer is rejected."
+    )
 
 
 class DataConfig(StrictModel):

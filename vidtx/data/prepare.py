@@ -27,8 +27,6 @@ from vidtx.data.decode import VideoDecodeError, VideoInfo, check_container, prob
 from vidtx.data.encode import reencode
 from vidtx.data.sources import VIDEO_EXTENSIONS
 
-PROBE_TIMEOUT_S = 600.0  # per video: generous for a re-encode of a long video on one core
-
 
 class RejectedVideoError(Exception):
     """A video that cannot be used; the message is the reason recorded in the rejects list."""
@@ -92,7 +90,7 @@ class VideoPreparer:
     """`prepare_video` in a child process, at most `timeout_s` seconds per video. Use it as a
     context manager (the child is started on the first video and stopped on exit)."""
 
-    def __init__(self, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self._child: BaseProcess | None = None
         self._connection: Connection | None = None

@@ -45,7 +45,7 @@ from vidtx.data.manifest import (
     file_sha256,
     reason_counts,
 )
-from vidtx.data.prepare import PROBE_TIMEOUT_S, RejectedVideoError, VideoPreparer
+from vidtx.data.prepare import RejectedVideoError, VideoPreparer
 from vidtx.data.sources import VideoRecord, read_source
 from vidtx.log import setup_logging, track
 
@@ -104,7 +104,7 @@ class ShardResult(BaseModel):
 
 def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
     """Deterministic assignment of the source's videos to shards, for every requested split."""
-    source = read_source(cfg.source, cfg.format, video_root=cfg.video_root)
+    source = read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=cfg.classes)
     splits = cfg.splits or source.splits
     unknown = set(splits) - set(source.splits)
     if unknown:
@@ -193,11 +193,9 @@ def _sample(
     }
 
 
-def write_shard(
-    spec: ShardSpec, cfg: ShardConfig, *, probe_timeout_s: float = PROBE_TIMEOUT_S
-) -> ShardResult:
+def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
     """Write one shard (idempotent: a finished, intact shard from the same plan is not rewritten);
-    a video whose probe (and re-encode) takes more than `probe_timeout_s` is rejected."""
+    a video whose probe (and re-encode) takes more than `cfg.probe_timeout_s` is rejected."""
     fingerprint = spec.fingerprint(cfg)
     done = _finished(spec, cfg, fingerprint)
     if done is not None:
@@ -210,7 +208,7 @@ def write_shard(
     counts: Counter[str] = Counter()
     rejects = []
     with (
-        VideoPreparer(probe_timeout_s) as preparer,
+        VideoPreparer(cfg.probe_timeout_s) as preparer,
         wds.TarWriter(
             str(temporary), user="vidtx", group="vidtx", mode=0o444, mtime=0, encoder=False
         ) as writer,
@@ -284,10 +282,10 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
     return manifest
 
 
-def shard_dataset(cfg: ShardConfig, *, probe_timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Manifest]:
+def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
     """Plan, write every shard with `cfg.processes` processes, and finalize every split."""
     specs = plan_shards(cfg)
-    write = partial(write_shard, cfg=cfg, probe_timeout_s=probe_timeout_s)
+    write = partial(write_shard, cfg=cfg)
     results: list[ShardResult]
     if cfg.processes == 1:
         results = [write(spec) for spec in track(specs, "shards", total=len(specs))]
