@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
+import tarfile
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
 
-from vidtx.config import PipelineConfig
+from vidtx.config import DataConfig, PipelineConfig
+from vidtx.data.loader import build_eval_loader
+from vidtx.data.manifest import Manifest, ShardInfo
 from vidtx.tracking.runs import TrackingUnavailableError, connect, start_or_resume_run
 from vidtx.train.launcher import train
 
@@ -77,3 +84,36 @@ def test_yaml_configs_are_read_safely_and_servers_bind_localhost() -> None:
     ui = (ROOT / "infra/local/ui.sh").read_text()
     assert "--host 127.0.0.1" in ui
     assert "0.0.0.0" not in ui
+
+
+def test_tar_members_with_absolute_or_parent_paths_are_never_written_to_disk(
+    tmp_path: Path, write_mp4: Callable[..., Path]
+) -> None:
+    """A hostile shard: member names that would escape the folder if anything extracted them."""
+    video = write_mp4(tmp_path / "clip.mp4", num_frames=8, width=32, height=32).read_bytes()
+    meta = json.dumps({"label": 0, "key": "x", "width": 32, "height": 32}).encode()
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    escape = tmp_path / "escaped"
+    members = {
+        f"../escaped/{uuid.uuid4().hex}.mp4": video,
+        f"{tmp_path}/escaped/abs.json": meta,
+        "../escaped/evil.json": meta,
+        "../escaped/evil.mp4": video,
+    }
+    with tarfile.open(shards / "val-000000.tar", "w") as tar:
+        for name, payload in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    tar_path = shards / "val-000000.tar"
+    info = ShardInfo(name=tar_path.name, samples=1, bytes=tar_path.stat().st_size, sha256="0" * 64)
+    Manifest(
+        split="val", shards=[info], num_samples=1, class_names=["a"], counts_per_class={"a": 1},
+        rejects=[], config={}, content_hash="0",
+    ).save(shards)  # fmt: skip
+    data = DataConfig(shards=shards, num_frames=4, short_side=32, crop_size=32, num_workers=0)
+    batches = list(build_eval_loader(data, "val", batch_size=2))
+    assert sum(len(labels) for _, labels, _ in batches) >= 1  # read, in memory
+    assert not escape.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.mp4", "shards"]
