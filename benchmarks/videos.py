@@ -1,4 +1,5 @@
-"""Videos that decode like real footage, for the data benchmarks.
+"""Video files and shards for the data benchmarks: videos that decode like real footage, copies of
+them, and the tars made of them.
 
 The synthetic motion dataset (`vidtx.data.synthetic`) is 64 px and nearly static, so it decodes
 far faster than real video. Here every frame is a window panning over a large multi-scale texture,
@@ -9,12 +10,17 @@ one full decode, like the 256p busy-texture anchors in shared/notes/perf-anchors
 
 from __future__ import annotations
 
+import itertools
+import shutil
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from vidtx.config import ReencodeConfig, ShardConfig
 from vidtx.data.encode import encode_mp4
+from vidtx.data.shard import shard_dataset
 
 GRAIN_FRAMES = 7  # grain patterns cycled through (fresh noise for every frame would cost more than encoding)
 
@@ -49,4 +55,48 @@ def write_busy_videos(folder: Path, count: int, fps: int = 30) -> list[Path]:
         path = folder / f"busy{index:03d}.mp4"
         path.write_bytes(encode_mp4(busy_frames(index, fps=fps), fps, crf=23))
         paths.append(path)
+    return paths
+
+
+def shard(source: Path, output: Path, processes: int, reencode: ReencodeConfig | None = None) -> Path:
+    """`vidtx shard` of a folder-per-class dataset into `output` (its tars and manifest)."""
+    cfg = ShardConfig(
+        source=source,
+        format="folder",
+        output=output,
+        processes=processes,
+        max_samples_per_shard=8,
+        reencode=reencode,
+    )
+    shard_dataset(cfg)
+    return output
+
+
+def tar_copy(paths: list[Path], output: Path) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(output, "w") as tar:
+        for path in paths:
+            tar.add(path, arcname=path.name)
+
+
+def write_copies(videos: list[Path], folder: Path, copies: int) -> list[Path]:
+    """Every video written `copies` times under `folder` (real copies: tarfile stores hard links as links)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for copy, video in itertools.product(range(copies), videos):
+        paths.append(folder / f"{video.stem}-{copy}.mp4")
+        shutil.copyfile(video, paths[-1])
+    return paths
+
+
+def extract_videos(shards: Path, folder: Path) -> list[Path]:
+    """The mp4 members of every tar in `shards`, written as files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for tar_path in sorted(shards.glob("*.tar")):
+        with tarfile.open(tar_path) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".mp4"):
+                    paths.append(folder / Path(member.name).name)
+                    paths[-1].write_bytes(tar.extractfile(member).read())
     return paths
