@@ -45,7 +45,7 @@ format: install
 	$(BIN)/ruff format .
 
 bench: install
-	$(BIN)/vidtx bench
+	$(BIN)/vidtx bench $(BENCH_ARGS)
 
 ui: install
 	BIN=$(BIN) infra/local/ui.sh start
