@@ -25,7 +25,13 @@ from benchmarks.results import REPO_ROOT, RESULTS_DIR, write_index, write_result
 from vidtx.env import apply_defaults
 from vidtx.log import setup_logging
 
-BENCHMARKS = ["attention_scaling", "attention_kernels", "data_loading", "training_overhead"]
+BENCHMARKS = [
+    "attention_scaling",
+    "attention_kernels",
+    "data_loading",
+    "training_overhead",
+    "temporal_reasoning",
+]
 QUICK_DIR = REPO_ROOT / "runs" / "bench-quick"
 INDEX_HEADER = (
     "# Benchmark results",

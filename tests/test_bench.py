@@ -18,7 +18,7 @@ import torch
 # directory (`python -m pytest` from the root would find it anyway, `.venv/bin/pytest` would not).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import data_loading, gpu, run
+from benchmarks import data_loading, gpu, run, temporal_reasoning
 from benchmarks.results import BenchmarkResult, Table, fmt, read_result, write_index, write_result
 from benchmarks.timing import Samples, interleaved, peak_memory, time_interleaved, torch_threads
 
@@ -193,3 +193,13 @@ def test_gpu_script_smoke_mode_runs_on_the_cpu(tmp_path: Path) -> None:
     assert "step_seconds" in document["raw"]["sdpa_backends"]["flash"]
     assert "step_seconds" in document["raw"]["sdpa_backends"]["math (vidtx)"]
     assert "smoke test" in (tmp_path / "gpu.md").read_text()
+
+
+@pytest.mark.slow
+def test_xvit_reads_the_frame_order_that_spatial_only_attention_cannot(tmp_path: Path) -> None:
+    """The science check at reduced size: one time-reversed pair (right/left), 32 px, 300 steps."""
+    result = temporal_reasoning.run(tmp_path, quick=True)
+    final = {run["label"]: run["curve"][-1] for run in result.raw["results"]}
+    assert final["X-ViT"]["val_direction"] >= 0.8
+    assert final["spatial-only + averaging"]["val_direction"] <= 0.7  # order-blind: 50% expected
+    assert (tmp_path / "temporal_reasoning.png").stat().st_size > 0

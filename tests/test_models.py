@@ -320,3 +320,12 @@ def test_mixed_fraction_is_two_over_shift_div() -> None:
         first, last = (mixed[0] == 0).float().mean().item(), (mixed[7] == 0).float().mean().item()
         assert first + last == pytest.approx(2 / shift_div)
         assert (mixed[1:7] == 1).all()
+
+
+def test_tiny_presets_start_with_larger_weights_and_positions() -> None:
+    """Narrow models trained from scratch need more than timm's 0.02 (see ViTEncoder)."""
+    tiny, wide = create_model("xvit_tiny"), create_model("xvit_tiny", init_std=0.02, pos_embed_std=0.02)
+    assert tiny.pos_embed.std().item() == pytest.approx(0.88, abs=0.12)  # std 1 truncated at ±2
+    assert tiny.blocks[0].mlp.fc1.weight.std().item() == pytest.approx(0.1, rel=0.1)
+    assert wide.pos_embed.std().item() == pytest.approx(0.02, rel=0.15)
+    assert wide.blocks[0].mlp.fc1.weight.std().item() == pytest.approx(0.02, rel=0.1)

@@ -241,3 +241,17 @@ def test_same_seed_same_first_step_loss(tiny_dataset: PipelineConfig, tmp_path: 
         config = run_config(tiny_dataset, tmp_path / name, max_steps=1, checkpoint_every=1, precision="fp32")
         losses.append(history(train(config, run_name=name), STEP_METRIC)[1])
     assert losses[0] == losses[1]
+
+
+def test_relative_paths_are_read_from_where_the_command_runs(
+    tiny_dataset: PipelineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray workers start in their own session folder; relative paths must still mean the driver's."""
+    (tmp_path / "shards").symlink_to(tiny_dataset.data.shards, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    config = run_config(tiny_dataset, Path("run"), max_steps=1, checkpoint_every=1, precision="fp32")
+    config.data.shards = Path("shards")
+    result = train(config, run_name="relative-paths")
+    assert result.tracking_uri == f"sqlite:///{tmp_path.resolve() / 'run' / 'mlflow.db'}"
+    assert 1 in history(result, STEP_METRIC)
+    assert Path(result.checkpoint).resolve().is_relative_to(tmp_path.resolve() / "run" / "ray")

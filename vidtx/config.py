@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -26,6 +26,19 @@ class StrictModel(BaseModel):
     """Base for every config section: unknown keys are errors, assignments are validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def with_absolute_paths(self) -> Self:
+        """A copy whose relative paths are absolute against the current directory, for processes
+        that run elsewhere: a Ray worker starts in its own session folder, not the driver's."""
+        return self.model_validate(_absolute_paths(self.model_dump()))
+
+
+def _absolute_paths(value: Any) -> Any:
+    if isinstance(value, Path):
+        return value.expanduser().absolute()
+    if isinstance(value, dict):
+        return {key: _absolute_paths(item) for key, item in value.items()}
+    return value
 
 
 AttentionImpl = Literal["auto", "sdpa", "math"]

@@ -142,7 +142,7 @@ def evaluate(config: PipelineConfig, checkpoint: str) -> EvalResult:
         outputs = predict_split(model, data, eval_cfg.split, **kwargs)
     else:
         with ray_session():
-            model_ref = ray.put(model)
+            model_ref, data = ray.put(model), data.with_absolute_paths()
             world = eval_cfg.num_workers
             futures = [
                 _predict_remote.remote(

@@ -35,7 +35,17 @@ class Preset:
 
 _B16 = {"img_size": 224, "patch_size": 16, "embed_dim": 768, "depth": 12, "num_heads": 12, "num_classes": 400}
 # Small enough to train in minutes on 2 CPU cores at 56x56 and 8 frames.
-_TINY = {"img_size": 56, "patch_size": 8, "embed_dim": 96, "depth": 4, "num_heads": 4, "num_classes": 10}
+# Tiny models train from scratch on CPU: larger initial weights and positions (see ViTEncoder).
+_TINY = {
+    "img_size": 56,
+    "patch_size": 8,
+    "embed_dim": 96,
+    "depth": 4,
+    "num_heads": 4,
+    "num_classes": 10,
+    "init_std": 0.1,
+    "pos_embed_std": 1.0,
+}
 # The paper's SSv2 setting: half the key/value channels mixed, one temporal-attention layer.
 _XVIT = {"shift_div": 4, "mix_layout": "embed", "temporal_head": "attention"}
 _SPATIAL_ONLY = {"shift_div": 0, "temporal_head": "average", "temporal_embedding": False}

@@ -41,7 +41,7 @@ class ViViTFactorisedEncoder(VideoTransformer):
         self.temporal_norm = nn.LayerNorm(dim, eps=self.norm_eps)
         self.head = ClassifierHead(dim, self.num_classes, self.head_dropout)
         self.init_weights()
-        nn.init.trunc_normal_(self.temporal_pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.temporal_pos_embed, std=self.pos_embed_std)
 
     def forward_features(self, clips: Tensor) -> Tensor:
         """The temporal class-token feature: (B, D)."""

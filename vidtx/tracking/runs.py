@@ -32,11 +32,13 @@ class TrackingUnavailableError(RuntimeError):
 
 def resolve_tracking_uri(config: PipelineConfig) -> str:
     """MLFLOW_TRACKING_URI wins, then `tracking.tracking_uri`, then a SQLite file in the workdir."""
-    if uri := os.environ.get("MLFLOW_TRACKING_URI"):
-        return uri
-    if config.tracking.tracking_uri:
-        return config.tracking.tracking_uri
-    return f"sqlite:///{(config.workdir / 'mlflow.db').resolve()}"
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or config.tracking.tracking_uri
+    if uri is None:
+        return f"sqlite:///{(config.workdir / 'mlflow.db').resolve()}"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        # a relative SQLite file: Ray workers start elsewhere, so pin it to this directory
+        return f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
+    return uri
 
 
 def connect(tracking_uri: str) -> MlflowClient:

@@ -138,7 +138,7 @@ def _build_trainer(
     resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
     return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"config": config.model_dump(mode="json"), **tracking},
+        train_loop_config={"config": config.with_absolute_paths().model_dump(mode="json"), **tracking},
         scaling_config=ScalingConfig(
             num_workers=train_cfg.num_workers, use_gpu=train_cfg.use_gpu, resources_per_worker=resources
         ),
