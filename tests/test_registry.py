@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,8 +51,13 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     assert worse_eval.metrics()["top1"] == pytest.approx(0.25)  # balanced 4-class split
     assert trained_eval.metrics()["top1"] > 0.25
 
+    mlflow_environment = {name: value for name, value in os.environ.items() if name.startswith("MLFLOW_")}
     first = register(worse, config, worse_eval, client=client, run_id=result.mlflow_run_id)
     assert (first.version, first.promoted) == ("1", True)
+    # no MLFLOW_TRACKING_URI left behind to send later runs of this process to this store
+    assert {
+        name: value for name, value in os.environ.items() if name.startswith("MLFLOW_")
+    } == mlflow_environment
     assert set(first.aliases) == {"champion", "challenger"}
 
     better = register(trained, config, trained_eval, client=client, run_id=result.mlflow_run_id)

@@ -161,20 +161,30 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
 @pytest.fixture
 def ray_cluster() -> Iterator[str]:
     """A real one-node Ray cluster started with `ray start --head`; yields its Jobs API address."""
-    port, dashboard_port = free_port(), free_port()
+    # every port its own: the session's local Ray already holds the default agent ports
+    port, dashboard_port, agent_port, runtime_env_port, metrics_port, client_port = (
+        free_port() for _ in range(6)
+    )
     temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     bin_dir = Path(sys.executable).parent
     env = os.environ | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RAY_AUTH_MODE": "disabled"}
     ray = str(bin_dir / "ray")
     subprocess.run(
         [ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dashboard_port}", f"--temp-dir={temp_dir}", "--disable-usage-stats"],
+         f"--dashboard-port={dashboard_port}", f"--dashboard-agent-listen-port={agent_port}",
+         f"--runtime-env-agent-port={runtime_env_port}", f"--metrics-export-port={metrics_port}",
+         f"--ray-client-server-port={client_port}",
+         f"--temp-dir={temp_dir}", "--disable-usage-stats"],
         env=env, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     try:
         yield f"http://127.0.0.1:{dashboard_port}"
     finally:
-        subprocess.run([ray, "stop", "--force"], env=env, check=False, capture_output=True, timeout=120)
+        # not `ray stop`: it would also stop the test session's own local Ray
+        for process in psutil.process_iter(["cmdline"]):
+            if any(temp_dir in part or part.endswith(f":{port}") for part in process.info["cmdline"] or ()):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.kill()
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

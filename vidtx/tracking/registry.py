@@ -7,6 +7,7 @@ views); the first version becomes champion. Aliases only, never the deprecated s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -25,6 +26,7 @@ from torch import nn
 from vidtx.config import PipelineConfig, RegistryConfig, dump_config, load_config
 from vidtx.eval.evaluate import EvalResult
 from vidtx.models import count_flops
+from vidtx.tracking.runs import mlflow_uris
 
 logger = logging.getLogger(__name__)
 
@@ -109,9 +111,13 @@ def register(
     train_seconds = (run.info.end_time - run.info.start_time) / 1000 if run.info.end_time else None
     card = model_card(config, result, flops.gflops, sum(p.numel() for p in model.parameters()), train_seconds)
     example = torch.zeros(2, 3, data.num_frames, data.crop_size, data.crop_size)  # batch 2: keeps B dynamic
-    mlflow.set_tracking_uri(client.tracking_uri)
-    mlflow.set_registry_uri(client.tracking_uri)
-    with tempfile.TemporaryDirectory() as directory:
+    split_tag = f"{result.manifest_hash}:{result.views}"
+    tags = {
+        METRIC_TAG.format(registry.metric): str(score),
+        SPLIT_TAG: split_tag,
+        "vidtx.gflops_per_view": f"{flops.gflops:.3f}",
+    }
+    with mlflow_uris(client.tracking_uri), tempfile.TemporaryDirectory() as directory:
         files = {
             CONFIG_FILE: dump_config(config),
             LABELS_FILE: json.dumps(result.class_names),
@@ -128,13 +134,7 @@ def register(
                 pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
                 extra_files=[str(Path(directory, name)) for name in files],
             )
-    split_tag = f"{result.manifest_hash}:{result.views}"
-    tags = {
-        METRIC_TAG.format(registry.metric): str(score),
-        SPLIT_TAG: split_tag,
-        "vidtx.gflops_per_view": f"{flops.gflops:.3f}",
-    }
-    version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
+        version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
     client.update_model_version(registry.model_name, version, description=card)
     promote, reason = _decide_promotion(client, registry, score, split_tag)
     client.set_registered_model_alias(registry.model_name, registry.challenger_alias, version)
@@ -164,10 +164,8 @@ class LoadedModel:
 
 def load_model(model_uri: str, tracking_uri: str | None = None) -> LoadedModel:
     """Load `models:/<name>@<alias>` (or `/<version>`) with its config and class names."""
-    if tracking_uri:
-        mlflow.set_tracking_uri(tracking_uri)
-        mlflow.set_registry_uri(tracking_uri)
-    with tempfile.TemporaryDirectory() as directory:
+    uris = mlflow_uris(tracking_uri) if tracking_uri else contextlib.nullcontext()
+    with uris, tempfile.TemporaryDirectory() as directory:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=directory))
         module = mlflow.pytorch.load_model(str(local))
         extra = local / "extra_files"

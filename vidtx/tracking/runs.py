@@ -7,13 +7,15 @@ job is started again with the same run name) land in the same run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import mlflow
 from mlflow import MlflowClient
 from mlflow.entities import Param, Run
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
@@ -39,6 +41,31 @@ def resolve_tracking_uri(config: PipelineConfig) -> str:
         # a relative SQLite file: Ray workers start elsewhere, so pin it to this directory
         return f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
     return uri
+
+
+@contextlib.contextmanager
+def mlflow_uris(uri: str) -> Iterator[None]:
+    """Point MLflow's fluent API (log_model, register_model, artifacts) at `uri` for one block.
+
+    `mlflow.set_tracking_uri` also exports MLFLOW_TRACKING_URI (and the registry one), which vidtx
+    reads as the user's choice: left behind, it would send every later run of this process (a
+    Prefect worker, a test session) to this store. Both the URIs and the variables are restored.
+    """
+    variables = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+    saved = {name: os.environ.get(name) for name in variables}
+    previous_tracking, previous_registry = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous_tracking)
+        mlflow.set_registry_uri(previous_registry)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def connect(tracking_uri: str) -> MlflowClient:

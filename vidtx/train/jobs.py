@@ -33,6 +33,8 @@ from vidtx.train.launcher import (
 
 logger = logging.getLogger(__name__)
 
+AGENT_WAIT_S = 120.0  # how long a submission waits for the head node's job agent
+
 
 class TrainingJobError(RuntimeError):
     """The Ray Job ended in a state other than SUCCEEDED."""
@@ -65,7 +67,8 @@ def submit_training_job(
         runtime_env = deep_merge(
             config.train.cluster.runtime_env, {"working_dir": workdir, "env_vars": env_vars}
         )
-        job_id = client.submit_job(  # uploads working_dir now
+        job_id = _submit(  # uploads working_dir now
+            client,
             entrypoint=job_entrypoint(tags or {}),
             runtime_env=runtime_env,
             submission_id=f"{run_name}-{uuid.uuid4().hex[:8]}",
@@ -80,6 +83,20 @@ def submit_training_job(
         tail = "\n".join(logs.splitlines()[-20:])
         raise TrainingJobError(f"Ray Job {job_id} {status.value}: {message}\n{tail}")
     return parse_result(logs)
+
+
+def _submit(client: JobSubmissionClient, **job: object) -> str:
+    """`submit_job`, retried while a freshly started head node has no job agent yet (it answers
+    "No available agent to submit job" for the first seconds after `ray start`)."""
+    deadline = time.monotonic() + AGENT_WAIT_S
+    while True:
+        try:
+            return client.submit_job(**job)
+        except RuntimeError as err:
+            if "No available agent" not in str(err) or time.monotonic() > deadline:
+                raise
+            logger.info("the cluster's job agent is not up yet; submitting again")
+            time.sleep(2.0)
 
 
 def parse_result(logs: str) -> TrainResult:
