@@ -72,7 +72,8 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     assert summary["model_version"] == "1"
     assert set(summary["aliases"]) == {"champion", "challenger"}
     assert 0.0 <= summary["metrics"]["top1"] <= 1.0
-    tracking = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+    uri = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    tracking = MlflowClient(uri, registry_uri=uri)
     version = tracking.get_model_version_by_alias("flow-model", "champion")
     assert version.run_id == summary["mlflow_run_id"]
     run = tracking.get_run(summary["mlflow_run_id"])

@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,9 @@ def test_same_run_name_resumes_the_same_mlflow_run(tracking_uri: str) -> None:
 def test_rank_zero_metrics_do_not_log_a_step_twice(tracking_uri: str) -> None:
     client = connect(tracking_uri)
     run_id = start_or_resume_run(client, PipelineConfig(), "r")
+    environment = os.environ.get("MLFLOW_TRACKING_URI")
     metrics = RankZeroMetrics(0, tracking_uri, run_id)
+    assert os.environ.get("MLFLOW_TRACKING_URI") == environment  # later runs of the process unaffected
     for step in (10, 20, 30):
         metrics.log({STEP_METRIC: float(step)}, step)
     metrics.close()

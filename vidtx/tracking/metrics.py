@@ -6,7 +6,7 @@ import logging
 
 import mlflow
 
-from vidtx.tracking.runs import connect, last_logged_step
+from vidtx.tracking.runs import connect, last_logged_step, mlflow_uris
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,8 @@ class RankZeroMetrics:
             return
         client = connect(tracking_uri)
         self.skip_through = last_logged_step(client, run_id, STEP_METRIC)
-        mlflow.set_tracking_uri(tracking_uri)
-        mlflow.start_run(run_id=run_id, log_system_metrics=True)
+        with mlflow_uris(tracking_uri):
+            mlflow.start_run(run_id=run_id, log_system_metrics=True)
         if self.skip_through >= 0:
             logger.info(
                 "MLflow already has steps up to %d; replayed steps are not logged again", self.skip_through

@@ -45,22 +45,20 @@ def resolve_tracking_uri(config: PipelineConfig) -> str:
 
 @contextlib.contextmanager
 def mlflow_uris(uri: str) -> Iterator[None]:
-    """Point MLflow's fluent API (log_model, register_model, artifacts) at `uri` for one block.
+    """Point MLflow's fluent API (start_run, log_model, register_model, artifacts) at `uri`.
 
     `mlflow.set_tracking_uri` also exports MLFLOW_TRACKING_URI (and the registry one), which vidtx
     reads as the user's choice: left behind, it would send every later run of this process (a
-    Prefect worker, a test session) to this store. Both the URIs and the variables are restored.
+    Prefect worker, a test session) to this store. The variables are restored when the block ends;
+    the fluent API keeps pointing at `uri` (a run started in the block stays usable).
     """
     variables = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
     saved = {name: os.environ.get(name) for name in variables}
-    previous_tracking, previous_registry = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
     try:
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_registry_uri(uri)
         yield
     finally:
-        mlflow.set_tracking_uri(previous_tracking)
-        mlflow.set_registry_uri(previous_registry)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
