@@ -67,6 +67,11 @@ class Variant:
     options: dict
 
 
+def mixed_fraction(options: dict) -> float | None:
+    """The mixed fraction of an ablation variant's options (None for the presets as they are)."""
+    return next((f for f, d in MIXED_FRACTIONS.items() if d == options.get("shift_div")), None)
+
+
 def variants(quick: bool) -> list[Variant]:
     """spatial-only + averaging and X-ViT as presets; in full mode also the mixing x head ablation."""
     chosen = [Variant("spatial-only + averaging", "spatial_avg_tiny", {}), Variant("X-ViT", "xvit_tiny", {})]
@@ -229,11 +234,11 @@ def findings(results: list[dict], budget: Budget) -> list[str]:
         "50% direction accuracy."
     ]
     ablation = {
-        (fraction, result["options"]["temporal_head"]): result["curve"][-1]["val_top1"]
+        (mixed_fraction(result["options"]), result["options"]["temporal_head"]): result["curve"][-1][
+            "val_top1"
+        ]
         for result in results
         if result["label"].startswith("mix ")
-        for fraction, shift_div in MIXED_FRACTIONS.items()
-        if shift_div == result["options"]["shift_div"]
     }
     if not ablation:
         return notes
@@ -272,10 +277,11 @@ def report(results: list[dict], budget: Budget, quick: bool, output_dir: Path) -
     rows = []
     for result in results:
         last, best = result["curve"][-1], max(point["val_top1"] for point in result["curve"])
-        fraction = next(
-            (f for f, d in MIXED_FRACTIONS.items() if d == result["options"].get("shift_div")), None
+        paper = (
+            PAPER_TOP1.get(mixed_fraction(result["options"]))
+            if result["options"].get("temporal_head") == "attention"
+            else None
         )
-        paper = PAPER_TOP1.get(fraction) if result["options"].get("temporal_head") == "attention" else None
         rows.append(
             [
                 result["label"],
