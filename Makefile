@@ -8,11 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
 
-export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
-export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
-export MLFLOW_DISABLE_TELEMETRY ?= true
-export DO_NOT_TRACK ?= true
-export RAY_USAGE_STATS_ENABLED ?= 0
+# The services' environment defaults live in vidtx/env.py (every entry point applies them).
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
@@ -45,7 +41,7 @@ format: install
 	$(BIN)/ruff format .
 
 bench: install
-	$(BIN)/vidtx bench $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 ui: install
 	BIN=$(BIN) infra/local/ui.sh start

@@ -35,9 +35,9 @@ from benchmarks.results import RESULTS_DIR, BenchmarkResult, Table, fmt, read_re
 from benchmarks.timing import Samples, interleaved, torch_threads
 from benchmarks.videos import extract_videos, shard, tar_copy, write_busy_videos, write_copies
 from vidtx.config import DataConfig, ReencodeConfig
-from vidtx.data.decode import scaled_size
 from vidtx.data.loader import build_train_loader
 from vidtx.data.sampling import FrameSampler
+from vidtx.media.decode import scaled_size
 from vidtx.models import model_info
 
 log = logging.getLogger(__name__)

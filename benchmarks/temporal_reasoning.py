@@ -27,12 +27,12 @@ import torch.nn.functional as F
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import torch_threads
 from vidtx.config import OptimizerConfig, ScheduleConfig, SynthConfig
-from vidtx.data.decode import open_video
 from vidtx.data.sampling import FrameSampler
-from vidtx.data.synthetic import CLASSES, PAIRS, generate_dataset
 from vidtx.data.transforms import normalize, to_tensor
 from vidtx.log import setup_logging
+from vidtx.media.decode import open_video
 from vidtx.models import create_model
+from vidtx.shard.synthetic import CLASSES, PAIRS, generate_dataset
 from vidtx.train.optim import build_optimizer, build_scheduler
 
 log = logging.getLogger(__name__)

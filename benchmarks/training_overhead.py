@@ -26,12 +26,11 @@ from benchmarks.results import REPO_ROOT, BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, torch_threads
 from vidtx.config import PipelineConfig, SynthConfig, load_config
 from vidtx.data.loader import build_train_loader
-from vidtx.data.manifest import load_manifest
-from vidtx.data.shard import shard_dataset
-from vidtx.data.synthetic import generate_dataset
-from vidtx.models import build_model
+from vidtx.model_factory import model_for
+from vidtx.shard.synthetic import generate_dataset
+from vidtx.shard.writer import shard_dataset
 from vidtx.train.launcher import train
-from vidtx.train.mixup import classification_loss
+from vidtx.train.loss import classification_loss
 from vidtx.train.optim import build_optimizer, build_scheduler
 
 log = logging.getLogger(__name__)
@@ -90,10 +89,7 @@ def bare_loop(config: PipelineConfig) -> tuple[list[float], float]:
     start = time.perf_counter()
     train_cfg, data = config.train, config.data
     torch.manual_seed(train_cfg.seed)
-    num_classes = load_manifest(data.shards, data.train_split).num_classes
-    model = build_model(
-        config.model, num_classes=num_classes, num_frames=data.num_frames, img_size=data.crop_size
-    )
+    model = model_for(config)
     optimizer = build_optimizer(model, train_cfg.optimizer)
     scheduler = build_scheduler(optimizer, train_cfg.schedule, train_cfg.max_steps)
     batches = iter(build_train_loader(data, batch_size=train_cfg.micro_batch_size, seed=train_cfg.seed))

@@ -1,7 +1,7 @@
 """Video files and shards for the data benchmarks: videos that decode like real footage, copies of
 them, and the tars made of them.
 
-The synthetic motion dataset (`vidtx.data.synthetic`) is 64 px and nearly static, so it decodes
+The synthetic motion dataset (`vidtx.shard.synthetic`) is 64 px and nearly static, so it decodes
 far faster than real video. Here every frame is a window panning over a large multi-scale texture,
 with a little grain that changes from frame to frame: at 640x360, 30 fps, CRF 23 and x264's default
 250-frame GOP that is about 0.6 Mbit/s, and one 8- or 16-frame clip of a 10-s video costs about
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from vidtx.config import ReencodeConfig, ShardConfig
-from vidtx.data.encode import encode_mp4
-from vidtx.data.shard import shard_dataset
+from vidtx.media.encode import encode_mp4
+from vidtx.shard.writer import shard_dataset
 
 GRAIN_FRAMES = 7  # grain patterns cycled through (fresh noise for every frame would cost more than encoding)
 

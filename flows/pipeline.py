@@ -4,57 +4,96 @@ from __future__ import annotations
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from pydantic import BaseModel
 
-from flows.defaults import DEMO
 from flows.evaluate import evaluate_model, register_model
-from flows.links import model_version_link
-from flows.shard import shard_dataset
-from flows.train import run_name_for, train_model
+from flows.shard import ShardedSplit, shard_dataset
+from flows.train import named_run, train_model
 from vidtx.config import PipelineConfig
+from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link, run_link
+
+LOCAL_PREFECT_UI = "http://127.0.0.1:4200"  # where `make ui` serves the Prefect UI
+
+
+class PipelineResult(BaseModel):
+    """What one pipeline run produced: `vidtx pipeline --json` prints it."""
+
+    name: str
+    splits: dict[str, ShardedSplit]
+    run_name: str
+    mlflow_run_id: str
+    mlflow_run_url: str
+    checkpoint: str
+    eval_split: str
+    views: str
+    metrics: dict[str, float]
+    model_name: str
+    model_version: str
+    model_uri: str
+    model_version_url: str
+    aliases: list[str]
+    promotion: str  # why the version did or did not become champion
+
+
+def render_summary(result: PipelineResult) -> str:
+    """The summary a person reads at the end of `vidtx pipeline` (and in the flow's artifact)."""
+    metrics = result.metrics
+    data = ", ".join(f"{split}: {info.samples} videos" for split, info in result.splits.items())
+    return "\n".join(
+        [
+            f"video-pipeline {result.name} finished: {result.eval_split} top-1 {metrics['top1']:.3f} "
+            f"({result.views} views; logits-sum {metrics['logits_sum/top1']:.3f}, "
+            f"prob-mean {metrics['prob_mean/top1']:.3f}), top-5 {metrics['top5']:.3f}, "
+            f"{metrics['videos']:.0f} videos",
+            f"  data           {data}",
+            f"  training run   {result.run_name} -> {result.mlflow_run_url}",
+            f"  model          {result.model_uri} aliases {', '.join(result.aliases)} ({result.promotion})",
+            f"  browse         make ui, then {LOCAL_MLFLOW_UI} (MLflow) and {LOCAL_PREFECT_UI} (Prefect)",
+            f"  predict        vidtx predict VIDEO.mp4 --model models:/{result.model_name}@champion",
+        ]
+    )
 
 
 @flow(name="video-pipeline", log_prints=True)
-def video_pipeline(config: PipelineConfig = DEMO) -> dict:
+def video_pipeline(config: PipelineConfig) -> PipelineResult:
     """The whole pipeline. Training reads the shards this run writes (`data.shards` is set to
     `shard.output`), and the training run is named after this flow run unless `train.run_name` is set."""
-    config = config.model_copy(deep=True)
+    config = named_run(config)
     config.data.shards = config.shard.output
-    config.train.run_name = run_name_for(config)
 
-    shards = shard_dataset(config.shard, config.synth)
+    splits = shard_dataset(config.shard, config.synth)
     trained = train_model(config)
     checkpoint = trained.best_checkpoint or trained.checkpoint
     evaluation = evaluate_model(config, checkpoint)
     version = register_model(config, checkpoint, evaluation)
-
-    summary = {
-        "shards": shards,
-        "run_name": trained.run_name,
-        "mlflow_run_id": trained.mlflow_run_id,
-        "checkpoint": checkpoint,
-        "metrics": evaluation.metrics(),
-        "model_version": version.version,
-        "model_uri": version.model_uri,
-        "aliases": version.aliases,
-    }
-    data = ", ".join(f"{split}: {info['samples']} videos" for split, info in shards.items())
+    result = PipelineResult(
+        name=config.name,
+        splits=splits,
+        run_name=trained.run_name,
+        mlflow_run_id=trained.mlflow_run_id,
+        mlflow_run_url=run_link(config, trained.mlflow_run_id),
+        checkpoint=checkpoint,
+        eval_split=evaluation.split,
+        views=evaluation.views,
+        metrics=evaluation.metrics(),
+        model_name=version.name,
+        model_version=version.version,
+        model_uri=version.model_uri,
+        model_version_url=model_version_link(config, version.name, version.version),
+        aliases=version.aliases,
+        promotion=version.reason,
+    )
     create_markdown_artifact(
-        f"# {config.name}\n\n"
-        f"- data: {data}\n"
-        f"- training run `{trained.run_name}`, MLflow run `{trained.mlflow_run_id}`\n"
-        f"- {evaluation.split} top-1 {evaluation.metrics()['top1']:.4f} ({evaluation.views} views)\n"
-        f"- [{version.name} v{version.version}]({model_version_link(config, version.name, version.version)})"
-        f" aliases: {', '.join(version.aliases)} ({version.reason})\n",
+        f"```\n{render_summary(result)}\n```\n\n[{version.name} v{version.version}]({result.model_version_url})",
         key="pipeline-summary",
         description="What this pipeline run produced",
     )
-    return summary
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m flows.pipeline CONFIG [--set KEY=VALUE ...]` (what `vidtx pipeline` runs)."""
+    """`python -m flows.pipeline CONFIG [--set KEY=VALUE ...] [--json]` (what `vidtx pipeline` runs)."""
     import argparse
-    import json
 
     from vidtx.config import load_config
     from vidtx.log import setup_logging
@@ -62,21 +101,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=video_pipeline.description)
     parser.add_argument("config", help="pipeline config YAML")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a summary")
     args = parser.parse_args(argv)
     setup_logging()
-    config = load_config(args.config, args.overrides)
-    summary = video_pipeline(config)
-    metrics = summary["metrics"]
-    print(
-        f"\nvideo-pipeline finished: {config.eval.split} top-1 {metrics['top1']:.3f} "
-        f"(logits-sum {metrics['logits_sum/top1']:.3f}, prob-mean {metrics['prob_mean/top1']:.3f}, "
-        f"top-5 {metrics['top5']:.3f}, {metrics['videos']:.0f} videos)\n"
-        f"  training run   {summary['run_name']} -> MLflow run {summary['mlflow_run_id']}\n"
-        f"  model          {summary['model_uri']} aliases {', '.join(summary['aliases'])}\n"
-        f"  browse         make ui, then http://127.0.0.1:5000 (MLflow) and http://127.0.0.1:4200 (Prefect)\n"
-        f"  predict        vidtx predict VIDEO.mp4 --model models:/{config.registry.model_name}@champion"
-    )
-    print("VIDTX_PIPELINE_RESULT " + json.dumps(summary, default=str))
+    result = video_pipeline(load_config(args.config, args.overrides))
+    print(result.model_dump_json(indent=2) if args.json else f"\n{render_summary(result)}")
 
 
 if __name__ == "__main__":

@@ -9,12 +9,22 @@ from __future__ import annotations
 from prefect import flow, task, unmapped
 from prefect.artifacts import create_table_artifact
 from prefect.task_runners import ProcessPoolTaskRunner
+from pydantic import BaseModel
 
-from flows.defaults import DEMO
 from vidtx.config import ShardConfig, SynthConfig
-from vidtx.data.manifest import Manifest
-from vidtx.data.shard import ShardResult, ShardSpec, finalize_split, plan_shards, write_shard
-from vidtx.data.synthetic import generate_dataset
+from vidtx.manifest import Manifest, manifest_path
+from vidtx.shard.synthetic import generate_dataset
+from vidtx.shard.plan import ShardSpec, plan_shards
+from vidtx.shard.writer import ShardResult, finalize_split, write_shard
+
+
+class ShardedSplit(BaseModel):
+    """One split as the flow reports it."""
+
+    manifest: str  # path of <split>.manifest.json
+    content_hash: str
+    samples: int
+    rejects: int
 
 
 @task(retries=2, retry_delay_seconds=10)
@@ -66,7 +76,7 @@ def publish(manifests: dict[str, Manifest]) -> None:
 
 
 @flow(name="shard-dataset", task_runner=ProcessPoolTaskRunner(), log_prints=True)
-def shard_dataset(shard: ShardConfig = DEMO.shard, synth: SynthConfig | None = DEMO.synth) -> dict[str, dict]:
+def shard_dataset(shard: ShardConfig, synth: SynthConfig | None = None) -> dict[str, ShardedSplit]:
     """Shard `shard.source` into WebDataset tars in `shard.output` (generating `synth` first when set).
 
     Returns per split the manifest path, content hash, sample and reject counts.
@@ -80,11 +90,11 @@ def shard_dataset(shard: ShardConfig = DEMO.shard, synth: SynthConfig | None = D
     }
     publish(manifests)
     return {
-        split: {
-            "manifest": str(shard.output / f"{split}.manifest.json"),
-            "content_hash": manifest.content_hash,
-            "samples": manifest.num_samples,
-            "rejects": len(manifest.rejects),
-        }
+        split: ShardedSplit(
+            manifest=str(manifest_path(shard.output, split)),
+            content_hash=manifest.content_hash,
+            samples=manifest.num_samples,
+            rejects=len(manifest.rejects),
+        )
         for split, manifest in manifests.items()
     }

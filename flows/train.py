@@ -7,25 +7,26 @@ over. Progress goes to a progress artifact and the flow's log while Ray trains.
 
 from __future__ import annotations
 
-from mlflow import MlflowClient
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run
 
-from flows.defaults import DEMO
-from flows.links import run_link
 from vidtx.config import PipelineConfig
-from vidtx.train.launcher import TrainResult, train
+from vidtx.tracking.links import run_link
+from vidtx.train.launcher import train
+from vidtx.train.payload import TrainResult
 
 
-def run_name_for(config: PipelineConfig) -> str:
-    """`train.run_name`, else `<config name>-<flow run id>`: stable across retries of the flow run."""
-    return config.train.run_name or f"{config.name}-{flow_run.id}"
+def named_run(config: PipelineConfig) -> PipelineConfig:
+    """`config` with `train.run_name` set: its own, else `<config name>-<flow run id>`, which stays the
+    same across retries of the flow run."""
+    return config.for_run(config.train.run_name or f"{config.name}-{flow_run.id}")
 
 
 @task(retries=0)  # a retry would repeat expensive work; the flow run's own retry resumes instead
-def run_training(config: PipelineConfig, run_name: str) -> TrainResult:
+def run_training(config: PipelineConfig) -> TrainResult:
     logger = get_run_logger()
+    run_name = config.train.run_name
     progress_id = create_progress_artifact(0.0, description=f"training {run_name}")
 
     def on_progress(step: int, max_steps: int, metrics: dict[str, float]) -> None:
@@ -36,20 +37,17 @@ def run_training(config: PipelineConfig, run_name: str) -> TrainResult:
         )
 
     tags = {"prefect.flow_run_id": str(flow_run.id), "prefect.flow_run_name": str(flow_run.name)}
-    result = train(config, run_name=run_name, tags=tags, progress=on_progress)
+    result = train(config, tags=tags, progress=on_progress)
     update_progress_artifact(progress_id, 100.0)
     return result
 
 
 @flow(name="train-model", retries=1, retry_delay_seconds=30, log_prints=True)
-def train_model(config: PipelineConfig = DEMO) -> TrainResult:
+def train_model(config: PipelineConfig) -> TrainResult:
     """Train `config` on Ray (a local instance, or the cluster at RAY_ADDRESS / train.cluster.address)."""
-    config = config.model_copy(deep=True)
-    config.train.run_name = run_name_for(config)
-    result = run_training(config, config.train.run_name)
-    experiment_id = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id).info.experiment_id
+    result = run_training(named_run(config))
     create_link_artifact(
-        run_link(config, experiment_id, result.mlflow_run_id),
+        run_link(config, result.mlflow_run_id),
         link_text=f"MLflow run of {result.run_name}",
         description="Training metrics, config and lineage",
     )

@@ -10,24 +10,14 @@ apply_defaults()
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
-
-def pattern_frames(num_frames: int, width: int, height: int) -> np.ndarray:
-    """Frames that all differ (a diagonal ramp shifted by 9 levels per frame), uint8 (T, H, W, 3)."""
-    y, x = np.mgrid[0:height, 0:width]
-    t = np.arange(num_frames)[:, None, None]
-    red = (3 * x + 9 * t) % 256
-    green = np.broadcast_to((3 * y) % 256, red.shape)
-    blue = np.broadcast_to((30 * t) % 256, red.shape)
-    return np.stack([red, green, blue], axis=-1).astype(np.uint8)
+from media import pattern_frames  # noqa: E402
 
 
 @pytest.fixture
 def write_mp4() -> Callable[..., Path]:
     """`write_mp4(path, num_frames=12, width=64, height=48, fps=12.0)`: a real H.264 MP4 file."""
-    from vidtx.data.encode import encode_mp4
+    from vidtx.media.encode import encode_mp4
 
     def write(path: Path, num_frames: int = 12, width: int = 64, height: int = 48, fps: float = 12.0) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,8 +32,8 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     """A small synthetic dataset (4 classes, 6 train and 3 val videos per class, 8 frames of 32x32)
     and its shards (5 samples per shard): (dataset folder, shard folder)."""
     from vidtx.config import ShardConfig, SynthConfig
-    from vidtx.data.shard import shard_dataset
-    from vidtx.data.synthetic import generate_dataset
+    from vidtx.shard.synthetic import generate_dataset
+    from vidtx.shard.writer import shard_dataset
 
     root = tmp_path_factory.mktemp("synthetic")
     synth = SynthConfig(
@@ -59,6 +49,44 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
         ShardConfig(source=annotations, output=root / "shards", max_samples_per_shard=5, processes=1)
     )
     return root / "videos", root / "shards"
+
+
+# --- bad inputs: the `vidtx` command, and a dataset of bad and odd videos sharded with it ---------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from media import write_dataset  # noqa: E402
+
+
+@pytest.fixture(scope="session", name="vidtx")
+def vidtx_command() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`vidtx(*args)`: `python -m vidtx *args` run to completion (5 min at most), output captured."""
+
+    def vidtx(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "vidtx", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+
+    return vidtx
+
+
+@pytest.fixture(scope="session")
+def bad_dataset(
+    tmp_path_factory: pytest.TempPathFactory, vidtx: Callable[..., subprocess.CompletedProcess[str]]
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """media.write_dataset (every bad and odd video case) sharded with `vidtx shard` (min_frames 3, any
+    reject fraction allowed): (shard folder, the finished command)."""
+    root = tmp_path_factory.mktemp("bad_inputs")
+    annotations = write_dataset(root / "videos")
+    options = [
+        "--set",
+        "shard.processes=1",
+        "--set",
+        "shard.min_frames=3",
+        "--set",
+        "shard.max_reject_fraction=1",
+    ]
+    return root / "shards", vidtx("shard", str(annotations), str(root / "shards"), *options)
 
 
 # --- training: a pipeline config over the synthetic shards ---------------------------------------

@@ -1,4 +1,4 @@
-"""The benchmark machinery: interleaved timing, peak memory, results files, the runner, `vidtx bench`,
+"""The benchmark machinery: interleaved timing, peak memory, results files, the runner (`make bench`),
 and the GPU script's CPU smoke mode. (Speed itself is measured by `make bench`, never in tests.)"""
 
 from __future__ import annotations
@@ -147,9 +147,9 @@ def test_runner_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> Non
     assert "unknown benchmark(s) nope" in capsys.readouterr().err
 
 
-def test_vidtx_bench_reaches_the_runner() -> None:
+def test_the_runner_is_a_command() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "vidtx", "bench", "nope"],
+        [sys.executable, "-m", "benchmarks.run", "nope"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,5 +1,3 @@
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
@@ -15,24 +13,18 @@ COMMANDS = [
     "predict",
     "pipeline",
     "models",
-    "bench",
+    "plan",
 ]
 
 
-def vidtx(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "vidtx", *args], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
-def test_help_lists_the_commands() -> None:
+def test_help_lists_the_commands(vidtx) -> None:
     result = vidtx("--help")
     assert result.returncode == 0
     for command in [*COMMANDS, "config"]:
         assert command in result.stdout
 
 
-def test_config_show_prints_resolved_yaml_with_override() -> None:
+def test_config_show_prints_resolved_yaml_with_override(vidtx) -> None:
     result = vidtx("config", "show", str(DEMO), "--set", "train.optimizer.lr=0.1")
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)
@@ -41,8 +33,13 @@ def test_config_show_prints_resolved_yaml_with_override() -> None:
     assert resolved["eval"]["num_crops"] == 3  # filled-in default
 
 
-def test_bad_override_exits_nonzero_with_one_line_naming_the_field() -> None:
-    for override, field in [("train.nope=1", "train.nope"), ("train.optimizer.lr=abc", "train.optimizer.lr")]:
+def test_bad_override_exits_nonzero_with_one_line_naming_the_field(vidtx) -> None:
+    for override, field in [
+        ("train.nope=1", "train.nope"),
+        ("train.optimizer.lr=abc", "train.optimizer.lr"),
+        ("model.name=xvit_huge", "model.name"),  # checked against the zoo where the config is loaded
+        ("model.options={shift_dvi: 4}", "model.options"),
+    ]:
         result = vidtx("config", "show", str(DEMO), "--set", override)
         assert result.returncode != 0
         lines = result.stderr.strip().splitlines()

@@ -8,14 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from vidtx.data.decode import (
-    DecordVideo,
-    PyAVVideo,
-    VideoDecodeError,
-    open_video,
-    probe_video,
-    scaled_size,
-)
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.transforms import (
     EvalTransform,
@@ -23,6 +15,14 @@ from vidtx.data.transforms import (
     normalize,
     random_resized_crop_box,
     three_crop_boxes,
+)
+from vidtx.media.decode import (
+    DecordVideo,
+    PyAVVideo,
+    VideoDecodeError,
+    open_video,
+    probe_video,
+    scaled_size,
 )
 
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)

@@ -11,12 +11,13 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from vidtx.data.decode import open_video, scaled_size
-from vidtx.data.manifest import load_manifest
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.transforms import EvalTransform
-from vidtx.eval.evaluate import evaluate, load_trained_model
+from vidtx.eval.evaluate import evaluate
 from vidtx.eval.metrics import classification_metrics, combine_views
+from vidtx.manifest import load_manifest
+from vidtx.media.decode import open_video, scaled_size
+from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.evaluation import log_evaluation
 
 
@@ -76,7 +77,9 @@ def test_evaluation_matches_a_per_video_loop(trained_run: tuple, tmp_path: Path)
     config, result = trained_run
     config = config.model_copy(deep=True)
     config.eval.split, config.eval.num_clips, config.eval.num_crops = "val", 2, 3
-    evaluation = evaluate(config, result.checkpoint)
+    model = load_trained_model(config, result.checkpoint)
+    manifest = load_manifest(config.data.shards, "val")
+    evaluation = evaluate(model, manifest, config.data, config.eval)
     assert evaluation.views == "2x3"
     assert set(evaluation.by_ensemble) == {"logits_sum", "prob_mean"}
     metrics = evaluation.metrics()
@@ -91,7 +94,6 @@ def test_evaluation_matches_a_per_video_loop(trained_run: tuple, tmp_path: Path)
     ):
         assert name in metrics
 
-    model = load_trained_model(config, result.checkpoint)
     reference = reference_view_logits(model, config.data.shards, "val", config)
     assert evaluation.num_videos == len(reference) == 12
     for ensemble, combine in {
@@ -108,7 +110,7 @@ def test_evaluation_matches_a_per_video_loop(trained_run: tuple, tmp_path: Path)
 
     # the same evaluation over 2 Ray workers (shards split between them) gives the same numbers
     config.eval.num_workers = 2
-    distributed = evaluate(config, result.checkpoint)
+    distributed = evaluate(model, manifest, config.data, config.eval)
     assert distributed.num_videos == evaluation.num_videos
     for name, value in evaluation.metrics().items():
         assert distributed.metrics()[name] == pytest.approx(value, abs=1e-5)

@@ -88,7 +88,7 @@ def test_cli_lists_every_preset_with_its_gflops() -> None:
         env={**os.environ, "COLUMNS": "160"},
     )
     assert result.returncode == 0, result.stderr
-    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if line.count("│") > 3}
+    rows = {line.split("|")[1].strip(): line for line in result.stdout.splitlines() if line.count("|") > 3}
     assert set(list_models()) <= set(rows)
-    gflops = float(rows["xvit_b16_8x224"].split("│")[5])
+    gflops = float(rows["xvit_b16_8x224"].split("|")[5])
     assert gflops == pytest.approx(model_info("xvit_b16_8x224")["gflops"], abs=0.01)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from infra_manifests import assert_deployment_runs
 from mlflow import MlflowClient
 from prefect.client.orchestration import get_client
 from prefect.flows import load_flow_from_entrypoint
@@ -62,21 +63,21 @@ def artifacts() -> dict[str, list]:
 
 
 def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
-    from flows.pipeline import video_pipeline
+    from flows.pipeline import render_summary, video_pipeline
 
     config = pipeline_config(tmp_path)
     summary = video_pipeline(config)
 
-    assert summary["shards"]["train"]["samples"] == 24
-    assert summary["run_name"] == "flow-run"
-    assert summary["model_version"] == "1"
-    assert set(summary["aliases"]) == {"champion", "challenger"}
-    assert 0.0 <= summary["metrics"]["top1"] <= 1.0
+    assert summary.splits["train"].samples == 24
+    assert summary.run_name == "flow-run"
+    assert summary.model_version == "1"
+    assert set(summary.aliases) == {"champion", "challenger"}
+    assert 0.0 <= summary.metrics["top1"] <= 1.0
     uri = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
     tracking = MlflowClient(uri, registry_uri=uri)
     version = tracking.get_model_version_by_alias("flow-model", "champion")
-    assert version.run_id == summary["mlflow_run_id"]
-    run = tracking.get_run(summary["mlflow_run_id"])
+    assert version.run_id == summary.mlflow_run_id
+    run = tracking.get_run(summary.mlflow_run_id)
     assert "prefect.flow_run_id" in run.data.tags
     assert "eval/test/top1" in run.data.metrics
 
@@ -87,16 +88,17 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     markdown = " ".join(a.data for a in found["markdown"])
     assert "Confusion matrix" in markdown
     assert "[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1)" in markdown
-    assert f"/runs/{summary['mlflow_run_id']})" in markdown
+    assert f"/runs/{summary.mlflow_run_id})" in markdown
+    assert render_summary(summary).splitlines()[0].startswith("video-pipeline demo finished: test top-1")
 
     # The same run name again, with a longer budget: training resumes from its checkpoint at step 6.
     config.train.max_steps = 9
     again = video_pipeline(config)
-    assert again["mlflow_run_id"] == summary["mlflow_run_id"]
-    resumed = tracking.get_metric_history(summary["mlflow_run_id"], "train/resumed_from_step")
+    assert again.mlflow_run_id == summary.mlflow_run_id
+    resumed = tracking.get_metric_history(summary.mlflow_run_id, "train/resumed_from_step")
     assert [(point.step, point.value) for point in resumed] == [(6, 6.0)]
-    assert again["model_version"] == "2"
-    assert "challenger" in again["aliases"]
+    assert again.model_version == "2"
+    assert "challenger" in again.aliases
 
 
 def test_deployments_validate_and_expose_the_config_form() -> None:
@@ -115,3 +117,14 @@ def test_deployments_validate_and_expose_the_config_form() -> None:
             assert "zero_stage" in schema["definitions"]["TrainConfig"]["properties"]
     schedules = [s for d in deployments for s in d.get("schedules") or []]
     assert any(s.get("cron") and s.get("active") is False for s in schedules)
+
+
+def test_local_deployments_run_the_demo_config() -> None:
+    """prefect.yaml repeats configs/experiments/demo.yaml for the local deployments' parameters."""
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    demo = load_config(ROOT / "configs/experiments/demo.yaml")
+    assert PipelineConfig.model_validate(spec["definitions"]["local_demo"]) == demo
+    local = [d for d in spec["deployments"] if d["work_pool"]["name"] == "vidtx-process"]
+    assert len(local) == 5
+    for deployment in local:
+        assert_deployment_runs(deployment, demo)

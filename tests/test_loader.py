@@ -14,8 +14,8 @@ import webdataset as wds
 
 from vidtx.config import DataConfig
 from vidtx.data.loader import build_eval_loader, build_train_loader
-from vidtx.data.manifest import Manifest, ShardInfo, content_hash
 from vidtx.data.sampling import FrameSampler
+from vidtx.manifest import Manifest, ShardInfo, content_hash
 
 
 @pytest.fixture

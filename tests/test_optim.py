@@ -7,7 +7,7 @@ from torch import nn
 
 from vidtx.config import ConfigError, ScheduleConfig, TrainConfig, load_config
 from vidtx.train.deepspeed_config import build_deepspeed_config
-from vidtx.train.mixup import classification_loss, mixup
+from vidtx.train.loss import classification_loss, mixup
 from vidtx.train.optim import build_optimizer, build_scheduler, lr_factor, parameter_groups
 
 

@@ -12,9 +12,12 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from vidtx.eval.evaluate import EvalResult, evaluate, load_trained_model
+from vidtx.eval.evaluate import EvalResult, evaluate
 from vidtx.eval.predict import predict_videos
-from vidtx.tracking.registry import load_model, register
+from vidtx.manifest import load_manifest
+from vidtx.models import save_checkpoint
+from vidtx.stages.trained_model import load_trained_model
+from vidtx.tracking.model_registry import load_registered_model, register
 
 pytestmark = pytest.mark.slow
 
@@ -31,11 +34,11 @@ def constant_predictor(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def evaluation_of(model: torch.nn.Module, config, checkpoint: Path) -> EvalResult:
+    """Evaluate `model` after a round trip through a vidtx `.pt` file."""
     path = checkpoint / "model.pt"
-    from vidtx.models import save_checkpoint
-
     save_checkpoint(model, path)
-    return evaluate(config, str(path))
+    loaded = load_trained_model(config, str(path))
+    return evaluate(loaded, load_manifest(config.data.shards, config.eval.split), config.data, config.eval)
 
 
 def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, tmp_path: Path) -> None:
@@ -81,7 +84,7 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     assert "vidtx.metric.top1" in version.tags
     assert "GFLOPs per view" in version.description  # the model card
 
-    loaded = load_model("models:/aliases-test@champion", tracking_uri=result.tracking_uri)
+    loaded = load_registered_model("models:/aliases-test@champion", tracking_uri=result.tracking_uri)
     assert loaded.class_names == trained_eval.class_names
     assert loaded.config.model.name == config.model.name
     clips = torch.randn(3, 3, config.data.num_frames, config.data.crop_size, config.data.crop_size)

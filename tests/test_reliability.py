@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 
 from vidtx.config import DataConfig, PipelineConfig
 from vidtx.data.loader import build_eval_loader
-from vidtx.data.manifest import Manifest, ShardInfo
+from vidtx.manifest import Manifest, ShardInfo
 from vidtx.tracking.runs import TrackingUnavailableError, connect, start_or_resume_run
 from vidtx.train.launcher import train
 

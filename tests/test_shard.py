@@ -15,10 +15,11 @@ import pytest
 import webdataset as wds
 
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig
-from vidtx.data.encode import encode_mp4
-from vidtx.data.manifest import load_manifest
-from vidtx.data.shard import ShardingError, plan_shards, shard_dataset
-from vidtx.data.synthetic import generate_dataset
+from vidtx.manifest import load_manifest
+from vidtx.media.encode import encode_mp4
+from vidtx.shard.plan import plan_shards
+from vidtx.shard.synthetic import generate_dataset
+from vidtx.shard.writer import ShardingError, shard_dataset
 
 
 def members(tar: Path) -> dict[str, bytes]:
@@ -193,7 +194,15 @@ def test_a_killed_run_leaves_no_half_shard_and_the_rerun_is_byte_identical(tmp_p
         size=64,
     )
     annotations = generate_dataset(cfg)
-    options = ["--max-samples", "2", "--processes", "1", "--short-side", "32", "--keyframe-interval", "4"]
+    options = [
+        f"--set=shard.{option}"
+        for option in (
+            "max_samples_per_shard=2",
+            "processes=1",
+            "reencode.short_side=32",
+            "reencode.keyframe_interval=4",
+        )
+    ]
 
     def shard_command(output: Path) -> list[str]:
         return [sys.executable, "-m", "vidtx", "shard", str(annotations), str(output), *options]
@@ -222,14 +231,11 @@ def test_a_killed_run_leaves_no_half_shard_and_the_rerun_is_byte_identical(tmp_p
     assert not list(killed.glob("*.tmp"))
 
 
-def test_cli_shard_and_inspect(synthetic_shards: tuple[Path, Path], tmp_path: Path) -> None:
+def test_cli_shard_and_inspect(synthetic_shards: tuple[Path, Path], tmp_path: Path, vidtx) -> None:
     videos, _ = synthetic_shards
 
-    def vidtx(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "vidtx", *args]
-        return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
-
-    result = vidtx("shard", str(videos), str(tmp_path), "--format", "folder", "--split", "val", "-j", "1")
+    overrides = ["shard.format=folder", "shard.splits=[val]", "shard.processes=1"]
+    result = vidtx("shard", str(videos), str(tmp_path), *(f"--set={override}" for override in overrides))
     assert result.returncode == 0, result.stderr
     assert "val: 12 samples in 1 shards, 0 rejected" in result.stdout
     assert load_manifest(tmp_path, "val").counts_per_class["growing"] == 3
@@ -240,7 +246,7 @@ def test_cli_shard_and_inspect(synthetic_shards: tuple[Path, Path], tmp_path: Pa
     assert "moving_left" in result.stdout
     assert (tmp_path / "val.contact.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    result = vidtx("shard", str(videos), str(tmp_path / "x"), "--format", "nope")
+    result = vidtx("shard", str(videos), str(tmp_path / "x"), "--set", "shard.format=nope")
     assert result.returncode != 0
     assert "shard.format" in result.stderr
 

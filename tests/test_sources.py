@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from vidtx.data.sources import read_source
+from vidtx.shard.sources import read_source
 
 
 def touch(path: Path) -> Path:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vidtx.config import SynthConfig
-from vidtx.data.synthetic import CLASSES, PAIRS, generate_dataset, render_video
+from vidtx.shard.synthetic import CLASSES, PAIRS, generate_dataset, render_video
 
 
 def small_config(output: Path, **changes: object) -> SynthConfig:
@@ -78,8 +78,14 @@ def test_unknown_class_and_odd_size_are_rejected(tmp_path: Path) -> None:
 
 
 def test_cli_synth_with_options(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "vidtx", "synth", str(tmp_path / "out"), "--videos", "train=2"]
-    command += ["--class", "growing", "--class", "shrinking", "--num-frames", "6", "--size", "32"]
+    overrides = [
+        "synth.videos_per_class={train: 2}",
+        "synth.classes=[growing, shrinking]",
+        "synth.num_frames=6",
+        "synth.size=32",
+    ]
+    command = [sys.executable, "-m", "vidtx", "synth", str(tmp_path / "out")]
+    command += [arg for override in overrides for arg in ("--set", override)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     videos = sorted((tmp_path / "out").rglob("*.mp4"))

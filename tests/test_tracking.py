@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from vidtx.config import PipelineConfig, load_config
-from vidtx.tracking.metrics import STEP_METRIC, RankZeroMetrics
+from vidtx.tracking.rank_zero import STEP_METRIC, RankZeroMetrics
 from vidtx.tracking.runs import (
     RUN_NAME_TAG,
     TrackingUnavailableError,

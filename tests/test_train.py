@@ -22,10 +22,12 @@ import torch
 from mlflow import MlflowClient
 
 from vidtx.config import PipelineConfig, dump_config
-from vidtx.eval.evaluate import load_trained_model, predict_split
-from vidtx.tracking.metrics import STEP_METRIC
+from vidtx.eval.evaluate import predict_split
+from vidtx.stages.trained_model import load_trained_model
+from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
-from vidtx.train.launcher import TrainResult, train
+from vidtx.train.launcher import train
+from vidtx.train.payload import TrainResult
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Process-wide environment defaults for the services vidtx drives.
 
 Applied by the entry points (CLI, flows, tests), never on library import. `setdefault` only: a value
-the user exported always wins.
+the user exported always wins. Shell scripts take them from `python -m vidtx.env` (export lines).
 """
 
 from __future__ import annotations
@@ -22,3 +22,8 @@ DEFAULTS: dict[str, str] = {
 def apply_defaults() -> None:
     for name, value in DEFAULTS.items():
         os.environ.setdefault(name, value)
+
+
+if __name__ == "__main__":
+    for name, value in DEFAULTS.items():
+        print(f"export {name}=${{{name}:-{value}}}")

@@ -12,7 +12,7 @@ MLFLOW_PORT=${MLFLOW_PORT:-5000}
 MLFLOW_DB=${MLFLOW_DB:-runs/demo/mlflow.db}
 export PREFECT_HOME=${PREFECT_HOME:-$PWD/.prefect}
 export PREFECT_API_URL="http://127.0.0.1:${PREFECT_PORT}/api"
-export PREFECT_SERVER_ANALYTICS_ENABLED=false MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true
+eval "$("$BIN/python" -m vidtx.env)"  # the environment defaults every vidtx entry point applies
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false  # no huey job workers on a small machine
 
 wait_for() {  # URL NAME: poll until it answers, up to 120 s

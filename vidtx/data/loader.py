@@ -35,11 +35,10 @@ import torch
 import webdataset as wds
 
 from vidtx.config import DataConfig
-from vidtx.data.decode import Video, VideoDecodeError, open_video, scaled_size
-from vidtx.data.manifest import Manifest, damaged_shards, load_manifest
 from vidtx.data.sampling import FrameSampler
-from vidtx.data.sources import VIDEO_EXTENSIONS
 from vidtx.data.transforms import EvalTransform, TrainTransform
+from vidtx.manifest import VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
+from vidtx.media.decode import Video, VideoDecodeError, open_video, scaled_size
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,15 @@ import webdataset as wds
 from matplotlib.figure import Figure  # no pyplot: no global backend, no display needed
 
 from vidtx.data.loader import SAMPLE_ERRORS, log_and_continue, open_sample, sample_name
-from vidtx.data.manifest import Manifest, reason_counts
 from vidtx.data.sampling import FrameSampler
+from vidtx.manifest import (
+    MANIFEST_SUFFIX,
+    Manifest,
+    damaged_shards,
+    find_splits,
+    load_manifest,
+    reason_counts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +75,32 @@ def contact_sheet(
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)
     return output
+
+
+def inspect_shards(
+    shards: Path,
+    splits: list[str] | None,
+    echo: Callable[[str], object],
+    *,
+    videos: int = 4,
+    frames: int = 8,
+    output: Path | None = None,
+) -> list[str]:
+    """`vidtx inspect`: echo each split's summary and shard check, save its contact sheet (unless
+    `videos` is 0); returns the damaged shards found. `shards` may be a manifest file, for its split."""
+    if shards.is_file():
+        shards, splits = shards.parent, [shards.name.removesuffix(MANIFEST_SUFFIX)]
+    splits = splits or find_splits(shards)
+    if not splits:
+        raise FileNotFoundError(f"{shards}: no <split>{MANIFEST_SUFFIX} found")
+    damaged = []
+    for split in splits:
+        manifest = load_manifest(shards, split)
+        echo(describe(manifest))
+        problems = damaged_shards(manifest)
+        echo("\n".join(f"  damaged: {problem}" for problem in problems) or "  shards intact")
+        damaged += problems
+        if videos > 0:
+            sheet = (output or shards) / f"{split}.contact.png"
+            echo(f"contact sheet: {contact_sheet(manifest, sheet, num_videos=videos, num_frames=frames)}")
+    return damaged

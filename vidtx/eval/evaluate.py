@@ -15,13 +15,11 @@ import ray
 import torch
 from torch import nn
 
-from vidtx.config import DataConfig, PipelineConfig
+from vidtx.config import DataConfig, EvalConfig
 from vidtx.data.loader import build_eval_loader
-from vidtx.data.manifest import load_manifest
 from vidtx.eval.metrics import ClassificationMetrics, classification_metrics, combine_views, video_loss
-from vidtx.models import build_model, load_checkpoint
+from vidtx.manifest import Manifest
 from vidtx.ray_session import ray_session
-from vidtx.train.checkpoint import consolidated_state_dict
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +43,8 @@ class ViewLogits:
 
 @dataclasses.dataclass
 class EvalResult:
+    """The multi-view evaluation of one model on one split: what the registry compares and logs."""
+
     split: str
     views: str  # "clips x crops"
     primary: str  # the ensemble that `metrics()` reports unprefixed
@@ -53,8 +53,7 @@ class EvalResult:
     num_videos: int
     num_skipped: int  # in the manifest but not decodable now
     class_names: list[str]
-    manifest_hash: str
-    checkpoint: str
+    manifest_hash: str  # with `views`, what makes two results comparable
 
     def metrics(self) -> dict[str, float]:
         """Flat scalars: the primary ensemble unprefixed, then every ensemble under its name."""
@@ -66,25 +65,6 @@ class EvalResult:
             "videos": float(self.num_videos),
             "skipped": float(self.num_skipped),
         }
-
-
-def load_trained_model(config: PipelineConfig, checkpoint: str) -> nn.Module:
-    """A model in eval mode from a Ray/DeepSpeed checkpoint directory (path or URI), a vidtx `.pt`
-    file, or a registered model (`models:/<name>@<alias>`)."""
-    if checkpoint.startswith("models:/"):
-        from vidtx.tracking.registry import load_model  # the registry module imports this one
-
-        return load_model(checkpoint).module.eval()
-    if checkpoint.endswith(".pt"):
-        return load_checkpoint(checkpoint).eval()
-    num_classes = load_manifest(config.data.shards, config.data.train_split).num_classes
-    data = config.data
-    model = build_model(
-        config.model, num_classes=num_classes, num_frames=data.num_frames, img_size=data.crop_size
-    )
-    with ray.train.Checkpoint(checkpoint).as_directory() as directory:
-        model.load_state_dict(consolidated_state_dict(directory, model))
-    return model.eval()
 
 
 @torch.no_grad()
@@ -127,35 +107,34 @@ def _predict_remote(model: nn.Module, data: DataConfig, split: str, kwargs: dict
     return predict_split(model, data, split, **kwargs)
 
 
-def evaluate(config: PipelineConfig, checkpoint: str) -> EvalResult:
-    """Evaluate `checkpoint` on `config.eval.split` with the configured views, in one process when
-    `eval.num_workers == 1`, else over that many Ray tasks (shards split between them)."""
-    eval_cfg, data = config.eval, config.data
-    manifest = load_manifest(data.shards, eval_cfg.split)
-    model = load_trained_model(config, checkpoint)
+def evaluate(model: nn.Module, manifest: Manifest, data: DataConfig, eval_cfg: EvalConfig) -> EvalResult:
+    """Evaluate `model` on the split `manifest` describes with the views of `eval_cfg`, in one process
+    when `eval_cfg.num_workers == 1`, else over that many Ray tasks (shards split between them).
+
+    `data` says how clips are made (frames, sampling, crop size, normalisation) and where the shards are.
+    """
+    split = manifest.split
     kwargs = {
         "num_clips": eval_cfg.num_clips,
         "num_crops": eval_cfg.num_crops,
         "batch_size": eval_cfg.batch_size,
     }
     if eval_cfg.num_workers == 1:
-        outputs = predict_split(model, data, eval_cfg.split, **kwargs)
+        outputs = predict_split(model, data, split, **kwargs)
     else:
         with ray_session():
             model_ref, data = ray.put(model), data.with_absolute_paths()
             world = eval_cfg.num_workers
             futures = [
-                _predict_remote.remote(
-                    model_ref, data, eval_cfg.split, kwargs | {"rank": rank, "world_size": world}
-                )
+                _predict_remote.remote(model_ref, data, split, kwargs | {"rank": rank, "world_size": world})
                 for rank in range(world)
             ]
             outputs = ViewLogits.concat(ray.get(futures))
     if not outputs.keys:
-        raise RuntimeError(f"no video of split '{eval_cfg.split}' in {data.shards} could be evaluated")
+        raise RuntimeError(f"no video of split '{split}' in {data.shards} could be evaluated")
     scores = combine_views(outputs.logits)
     result = EvalResult(
-        split=eval_cfg.split,
+        split=split,
         views=f"{eval_cfg.num_clips}x{eval_cfg.num_crops}",
         primary=eval_cfg.ensemble,
         by_ensemble={name: classification_metrics(score, outputs.labels) for name, score in scores.items()},
@@ -164,11 +143,10 @@ def evaluate(config: PipelineConfig, checkpoint: str) -> EvalResult:
         num_skipped=manifest.num_samples - len(outputs.keys),
         class_names=manifest.class_names,
         manifest_hash=manifest.content_hash,
-        checkpoint=str(checkpoint),
     )
     logger.info(
         "%s: top-1 %.3f (%s), %d videos, %d skipped",
-        eval_cfg.split,
+        split,
         result.metrics()["top1"],
         eval_cfg.ensemble,
         result.num_videos,

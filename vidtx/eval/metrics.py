@@ -24,9 +24,15 @@ def combine_views(view_logits: torch.Tensor) -> dict[str, torch.Tensor]:
 
 @dataclasses.dataclass
 class ClassificationMetrics:
+    """Video-level metrics of one ensemble over a split, from `classification_metrics`.
+
+    Part of the evaluation result: logged to MLflow, rendered in reports and the model card, and
+    the source of the register stage's promotion metric. Accuracies are fractions in [0, 1].
+    """
+
     top1: float
-    top5: float
-    mean_class_accuracy: float
+    top5: float  # label among the top min(5, K) scores
+    mean_class_accuracy: float  # mean of per_class_accuracy over classes present in the split
     per_class_accuracy: list[float]  # recall per true class (NaN for classes absent from the split)
     confusion: list[list[int]]  # rows: true class, columns: predicted class
     num_videos: int
@@ -39,20 +45,26 @@ class ClassificationMetrics:
         }
 
 
+def top_k_correct(scores: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:
+    """How many of scores (N, K) rank the label (N,) first, and among the first five (top-1, top-5)."""
+    top = scores.topk(min(5, scores.shape[1]), dim=1).indices  # (N, min(5, K))
+    return (top[:, 0] == labels).sum().item(), (top == labels[:, None]).any(dim=1).sum().item()
+
+
 def classification_metrics(scores: torch.Tensor, labels: torch.Tensor) -> ClassificationMetrics:
     """scores (N, K) (logits or probabilities), labels (N,) -> top-1/5, mean class accuracy, confusion."""
     num_classes = scores.shape[1]
-    top = scores.topk(min(5, num_classes), dim=1).indices  # (N, 5)
-    predictions = top[:, 0]
+    predictions = scores.argmax(dim=1)
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.int64)
     confusion.index_put_((labels, predictions), torch.ones_like(labels), accumulate=True)
     support = confusion.sum(dim=1)
     per_class = confusion.diag().double() / support.double()  # NaN where support is 0
     present = support > 0
     count = max(len(labels), 1)
+    correct1, correct5 = top_k_correct(scores, labels)
     return ClassificationMetrics(
-        top1=(predictions == labels).sum().item() / count,
-        top5=(top == labels[:, None]).any(dim=1).sum().item() / count,
+        top1=correct1 / count,
+        top5=correct5 / count,
         mean_class_accuracy=per_class[present].mean().item() if present.any() else float("nan"),
         per_class_accuracy=per_class.tolist(),
         confusion=confusion.tolist(),

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from vidtx.config import DataConfig
-from vidtx.data.decode import open_video, probe_video, scaled_size
 from vidtx.data.loader import test_views
+from vidtx.media.decode import open_video, probe_video, scaled_size
 
 
 @dataclasses.dataclass

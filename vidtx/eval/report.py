@@ -1,4 +1,4 @@
-"""Evaluation reports: a confusion-matrix figure and a per-class table."""
+"""Evaluation reports: the results as text, a confusion-matrix figure and a per-class table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,26 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from vidtx.eval.evaluate import EvalResult
 from vidtx.eval.metrics import ClassificationMetrics
+from vidtx.markdown import markdown_table
+
+
+def render_results(result: EvalResult) -> str:
+    """The evaluation as Markdown, a line and a table with one row per view ensemble: what the CLI
+    prints, the Prefect artifact shows and the model card holds (Markdown reads well as plain text)."""
+    rows = [
+        [
+            f"{name}{' (primary)' if name == result.primary else ''}",
+            *(f"{value:.4f}" for value in m.scalars().values()),
+        ]
+        for name, m in result.by_ensemble.items()
+    ]
+    heading = (
+        f"Split `{result.split}`: {result.num_videos} videos ({result.num_skipped} skipped), "
+        f"{result.views} views (clips x crops), loss {result.loss:.4f}."
+    )
+    return f"{heading}\n\n" + markdown_table(["ensemble", "top-1", "top-5", "mean class accuracy"], rows)
 
 
 def confusion_figure(metrics: ClassificationMetrics, class_names: Sequence[str], title: str = "") -> Figure:

@@ -7,9 +7,8 @@ model = create_model("xvit_tiny", num_classes=10)   # clips (B, C, T, H, W) -> l
 """
 
 from vidtx.models.flops import FlopCount, count_flops
-from vidtx.models.registry import (
+from vidtx.models.presets import (
     PRESETS,
-    build_model,
     create_model,
     list_models,
     load_checkpoint,
@@ -34,7 +33,6 @@ __all__ = [
     "VideoTransformer",
     "VisionTransformer",
     "XViT",
-    "build_model",
     "count_flops",
     "create_model",
     "list_models",

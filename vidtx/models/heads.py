@@ -9,7 +9,13 @@ from vidtx.nn import AttentionImpl, TransformerBlock
 
 
 class ClassifierHead(nn.Module):
-    """Dropout then a linear classifier: (B, D) -> (B, K)."""
+    """Dropout then a linear classifier: (B, D) -> (B, K).
+
+    Args:
+        dim: Feature width D.
+        num_classes: Number of output logits K.
+        dropout: Dropout rate on the features before the linear layer (0 = off).
+    """
 
     def __init__(self, dim: int, num_classes: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -24,6 +30,7 @@ class TemporalAverageHead(ClassifierHead):
     """Average the per-frame features over time, then classify: (B, T, D) -> (B, K).
 
     The classifier is linear, so this equals averaging per-frame logits (TSN's consensus).
+    Takes `ClassifierHead`'s arguments (dim, num_classes, dropout).
     """
 
     def forward(self, features: Tensor) -> Tensor:
@@ -37,6 +44,14 @@ class TemporalAttentionHead(nn.Module):
     As in the official code there is no temporal position here (the backbone's temporal embedding
     and the space-time mixing carry the order), qkv has no bias, the norms use eps 1e-5 and the
     token starts at zero.
+
+    Args:
+        dim: Feature width D of the per-frame features (and of the hidden layer).
+        num_heads: Attention heads of the temporal transformer layers; must divide `dim`.
+        num_classes: Number of output logits K.
+        depth: Number of transformer layers over [token; z_1 .. z_T].
+        dropout: Dropout rate between the GELU and the last linear layer (0 = off).
+        attention_impl: "auto" / "sdpa" (torch's fused kernel) or "math" (explicit softmax).
     """
 
     def __init__(

@@ -19,7 +19,15 @@ from vidtx.nn import AttentionImpl, DropPath, Mlp, MultiHeadAttention
 
 
 class JointSpaceTime(VideoTransformer):
-    """Full attention over all 1 + T'·N tokens (ViViT model 1, TimeSformer "joint"): cost O((T'N)²)."""
+    """Full attention over all 1 + T'·N tokens (ViViT model 1, TimeSformer "joint"): cost O((T'N)²).
+
+    A learned temporal embedding (1, T', 1, D), zero at init, is added to every patch token of its
+    time step; the head is a `ClassifierHead` on the final class token.
+
+    Args:
+        **kwargs: Passed to `VideoTransformer` / `ViTEncoder` (num_classes, num_frames, head_dropout,
+            img_size, patch_size, embed_dim, depth, tubelet_size, ...).
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -42,6 +50,16 @@ class DividedSpaceTimeBlock(nn.Module):
     starts at zero, so a fresh block equals a ViT block. In the spatial step every frame sees a copy of
     the class token; the class token's update is the mean of its per-frame updates. The spatial part
     uses timm's names (norm1, attn, norm2, mlp) so image-ViT weights load into it.
+
+    Args:
+        dim: Token width D.
+        num_heads: Attention heads of both the temporal and the spatial attention.
+        num_frames: Time steps T in the token sequence (frames / tubelet_size).
+        mlp_ratio: MLP hidden width as a multiple of `dim`.
+        qkv_bias: Add a bias to both qkv projections.
+        drop_path: Stochastic-depth rate of each of the three residual branches.
+        norm_eps: Epsilon of the LayerNorms.
+        attention_impl: "auto" / "sdpa" (torch's fused kernel) or "math" (explicit softmax).
     """
 
     def __init__(
@@ -96,7 +114,15 @@ class DividedSpaceTimeBlock(nn.Module):
 
 
 class TimeSformer(JointSpaceTime):
-    """TimeSformer with divided space-time attention: cost O(T'N² + T'²N) per layer."""
+    """TimeSformer with divided space-time attention: cost O(T'N² + T'²N) per layer.
+
+    Every block is a `DividedSpaceTimeBlock`; embeddings and head are those of `JointSpaceTime`.
+
+    Args:
+        num_frames: Frames per input clip T; a multiple of `tubelet_size`.
+        tubelet_size: Frames per token; the blocks attend over T' = T / tubelet_size steps.
+        **kwargs: Passed to `VideoTransformer` / `ViTEncoder` (num_classes, img_size, embed_dim, ...).
+    """
 
     def __init__(self, *, num_frames: int = 8, tubelet_size: int = 1, **kwargs: Any) -> None:
         super().__init__(

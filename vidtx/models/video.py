@@ -12,7 +12,14 @@ from vidtx.models.vit import ViTEncoder
 class VideoTransformer(ViTEncoder):
     """A ViT trunk plus `forward_features` (subclass) and `head`; checks the clip shape.
 
-    Keyword arguments not named here (img_size, patch_size, embed_dim, depth, ...) go to `ViTEncoder`.
+    `forward` accepts only clips (B, C, num_frames, img_size, img_size).
+
+    Args:
+        num_classes: Number of output logits K.
+        num_frames: Frames per input clip T; a multiple of `tubelet_size`.
+        head_dropout: Dropout rate before the head's last linear layer; stored for the subclass's head.
+        **encoder_kwargs: Passed to `ViTEncoder` (img_size, patch_size, embed_dim, depth,
+            tubelet_size, init_std, ...).
     """
 
     head: nn.Module  # set by subclasses: features -> logits

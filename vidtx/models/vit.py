@@ -19,15 +19,34 @@ from vidtx.nn import AttentionImpl, PatchEmbed, TransformerBlock, TubeletEmbed, 
 class ViTEncoder(nn.Module):
     """Patch (or tubelet) tokens, a class token, learned spatial positions, pre-norm blocks, final norm.
 
-    `block_cls` builds each block (called like `TransformerBlock`); the video models pass blocks with
-    their own attention. `tubelet_size` > 1 embeds `tubelet_size` frames per token with a Conv3d.
-    Subclasses call `init_weights()` once all their modules exist.
+    The video models pass blocks with their own attention through `block_cls`. Subclasses call
+    `init_weights()` once all their modules exist; the init stds take effect only then.
 
-    `init_std` and `pos_embed_std` are the stds of the initial linear weights and learned positions.
-    timm's 0.02 suits ViT-B widths and pretrained starts; narrow models trained from scratch need
-    larger ones (the tiny presets: 0.1 and 1.0). With 0.02 at width 64-96 the positions are a few per
-    cent of the patch content and the blocks pass little signal, and the tiny models stayed at chance
-    for 800 steps on a square moving left or right; with the tiny presets' values they learn it.
+    timm's init std 0.02 suits ViT-B widths and pretrained starts; narrow models trained from scratch
+    need larger ones (the tiny presets: 0.1 and 1.0). With 0.02 at width 64-96 the positions are a few
+    per cent of the patch content and the blocks pass little signal, and the tiny models stayed at
+    chance for 800 steps on a square moving left or right; with the tiny presets' values they learn it.
+
+    Args:
+        img_size: Input height and width in pixels (square inputs only); a multiple of `patch_size`.
+        patch_size: Side of the square, non-overlapping patches in pixels.
+        in_chans: Input channels (3 for RGB).
+        embed_dim: Token width D.
+        depth: Number of transformer blocks.
+        num_heads: Attention heads per block; must divide `embed_dim`.
+        mlp_ratio: MLP hidden width as a multiple of `embed_dim`.
+        qkv_bias: Add a bias to the fused qkv projection.
+        drop_path_rate: Stochastic-depth rate of the last block; rates rise linearly from 0 at the
+            first block (0 = off).
+        norm_eps: Epsilon of every LayerNorm (timm's 1e-6).
+        attention_impl: "auto" / "sdpa": torch's fused `F.scaled_dot_product_attention`; "math": the
+            explicit softmax(QKᵀ/√d)V.
+        tubelet_size: Frames per token. 1: each frame is embedded on its own (Conv2d `PatchEmbed`);
+            > 1: a Conv3d over `tubelet_size` frames (`TubeletEmbed`), so time shrinks to T / tubelet.
+        init_std: Std of the truncated-normal init of every `nn.Linear` weight (biases start at zero).
+        pos_embed_std: Std of the truncated-normal init of the learned positions `pos_embed`.
+        block_cls: Builds each block, called like `TransformerBlock(embed_dim, num_heads, mlp_ratio=,
+            qkv_bias=, drop_path=, norm_eps=, attention_impl=)`.
     """
 
     def __init__(
@@ -127,7 +146,13 @@ class ViTEncoder(nn.Module):
 
 
 class VisionTransformer(ViTEncoder):
-    """Image ViT (Dosovitskiy et al.): images (B, C, H, W) -> logits (B, num_classes)."""
+    """Image ViT (Dosovitskiy et al.): images (B, C, H, W) -> logits (B, num_classes).
+
+    Args:
+        num_classes: Number of output logits K.
+        head_dropout: Dropout rate on the class-token feature before the linear head (0 = off).
+        **encoder_kwargs: Passed to `ViTEncoder` (img_size, patch_size, embed_dim, depth, ...).
+    """
 
     def __init__(self, *, num_classes: int = 1000, head_dropout: float = 0.0, **encoder_kwargs: Any) -> None:
         super().__init__(**encoder_kwargs)

@@ -18,7 +18,19 @@ from vidtx.nn import TransformerBlock, drop_path_rates
 
 
 class ViViTFactorisedEncoder(VideoTransformer):
-    """Spatial encoder per time step, then `temporal_depth` temporal layers: clips -> logits."""
+    """Spatial encoder per time step, then `temporal_depth` temporal layers: clips -> logits.
+
+    The temporal layers reuse the spatial encoder's width, heads, MLP ratio, norm eps and attention
+    impl; their learned positions (1, 1 + T', D) are initialised with `pos_embed_std`.
+
+    Args:
+        tubelet_size: Frames per tubelet token (Conv3d embedding); the spatial encoder runs on each
+            of the T' = num_frames / tubelet_size steps. 1: one frame per step.
+        temporal_depth: Number of transformer blocks of the temporal encoder; its stochastic-depth
+            rates rise from 0 to `drop_path_rate` like the spatial encoder's.
+        **kwargs: Passed to `VideoTransformer` / `ViTEncoder` (num_classes, num_frames, depth (the
+            spatial encoder's), embed_dim, drop_path_rate, ...).
+    """
 
     def __init__(self, *, tubelet_size: int = 2, temporal_depth: int = 4, **kwargs: Any) -> None:
         super().__init__(tubelet_size=tubelet_size, **kwargs)

@@ -87,7 +87,20 @@ def frame_summaries(x: Tensor, num_frames: int) -> Tensor:
 
 
 class SpaceTimeMixingAttention(MultiHeadAttention):
-    """Per-frame spatial attention whose keys and values are mixed across neighbouring frames."""
+    """Per-frame spatial attention whose keys and values are mixed across neighbouring frames.
+
+    Args:
+        dim: Token width D.
+        num_heads: Attention heads; must divide `dim`.
+        num_frames: Frames per clip (or per independently mixed segment) in the (B*T, S, D) input rows.
+        shift_div: 0 = no mixing; n >= 2 borrows 1/n of the channels from each neighbour (2/n in all).
+        layout: Which channels are borrowed: "embed" (official code) or "per_head" (paper Eq. 9); see
+            `mixing_masks`.
+        summary_token: Also give every frame the spatial means of all `num_frames` frames as extra
+            keys and values (S + T keys).
+        **attention_kwargs: Passed to `MultiHeadAttention` (qkv_bias, attn_drop, proj_drop,
+            attention_impl).
+    """
 
     def __init__(
         self,
@@ -125,14 +138,27 @@ class SpaceTimeMixingAttention(MultiHeadAttention):
 class XViT(VideoTransformer):
     """X-ViT: clips (B, C, T, H, W) -> logits (B, num_classes).
 
-    Options: `shift_div` (0 = no mixing; mixed fraction 2/shift_div), `mix_layout` ("embed" = official
-    code, "per_head" = paper Eq. 9), `temporal_head` ("attention" or "average"), `summary_token`,
-    `temporal_embedding` (a zero-initialised embedding of size T added to every token),
-    `official_compat` (the released code's quirks: 8 temporal-embedding slots reused for frames 8..15,
-    mixing in independent segments of 8 frames, and the Linear+tanh pre-logits of the IN-21k ViT),
-    `segment_frames` (frames per independently mixed segment; default: the whole clip, or 8 with
-    official_compat as in the Kinetics configs; the released SSv2 model used 16).
-    Other keyword arguments go to `VideoTransformer` / `ViTEncoder`.
+    Args:
+        num_frames: Frames per input clip T; a multiple of `tubelet_size` (and of 8 with
+            `official_compat`).
+        tubelet_size: Frames per token; mixing then runs between the T' = T / tubelet_size steps.
+        shift_div: Space-time mixing: 0 = none (per-frame spatial attention only); n >= 2 replaces 1/n
+            of the key/value channels by frame t+1's and 1/n by frame t-1's (2/n in all; 4 = half).
+        mix_layout: Which channels are mixed. "embed" (official code): the first C/n channels of the
+            whole embedding come from t+1, the next C/n from t-1. "per_head" (paper Eq. 9): in every
+            head, the first head_dim/n from t-1 and the last head_dim/n from t+1.
+        temporal_head: "attention": `TemporalAttentionHead` (one transformer layer over a learned
+            token and the T' class tokens); "average": mean of the T' class-token features, then linear.
+        summary_token: Add every frame's spatial mean (over its segment) as extra keys and values.
+        temporal_embedding: Add a learned, zero-initialised embedding per time step (1, T', 1, D) to
+            every token of that step, class token included; False: none.
+        official_compat: Reproduce the released code: 8 temporal-embedding slots reused cyclically
+            (frames 8..15 get slots 0..7), mixing in independent 8-frame segments, and the IN-21k
+            ViT's Linear+tanh pre-logits before the head. Needs `tubelet_size` 1.
+        segment_frames: Time steps per independently mixed segment (no mixing across a segment
+            boundary; must divide T'). None: the whole clip, or 8 with `official_compat` as in the
+            Kinetics configs; the released SSv2 model used 16.
+        **kwargs: Passed to `VideoTransformer` / `ViTEncoder` (num_classes, img_size, embed_dim, ...).
     """
 
     def __init__(

@@ -26,20 +26,29 @@ from vidtx.config import PipelineConfig, dump_config
 logger = logging.getLogger(__name__)
 
 RUN_NAME_TAG = "vidtx.run_name"
+CHECKPOINT_TAG = "vidtx.checkpoint"  # the run's latest checkpoint, set when training finishes
+BEST_CHECKPOINT_TAG = "vidtx.best_checkpoint"  # its best by validation top-1
 
 
 class TrackingUnavailableError(RuntimeError):
     """The MLflow tracking store cannot be reached or written."""
 
 
+SQLITE = "sqlite:///"
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI (relative, or absolute with four slashes), else None."""
+    return Path(uri.removeprefix(SQLITE)) if uri.startswith(SQLITE) else None
+
+
 def resolve_tracking_uri(config: PipelineConfig) -> str:
     """MLFLOW_TRACKING_URI wins, then `tracking.tracking_uri`, then a SQLite file in the workdir."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or config.tracking.tracking_uri
     if uri is None:
-        return f"sqlite:///{(config.workdir / 'mlflow.db').resolve()}"
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        # a relative SQLite file: Ray workers start elsewhere, so pin it to this directory
-        return f"sqlite:///{Path(uri.removeprefix('sqlite:///')).resolve()}"
+        return f"{SQLITE}{(config.workdir / 'mlflow.db').resolve()}"
+    if (database := sqlite_file(uri)) is not None and not database.is_absolute():
+        return f"{SQLITE}{database.resolve()}"  # Ray workers start elsewhere: pin it to this directory
     return uri
 
 
@@ -68,8 +77,8 @@ def mlflow_uris(uri: str) -> Iterator[None]:
 
 def connect(tracking_uri: str) -> MlflowClient:
     """A client for `tracking_uri`, checked with one cheap query so failures surface before compute."""
-    if tracking_uri.startswith("sqlite:///"):
-        Path(tracking_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if (database := sqlite_file(tracking_uri)) is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     try:
         client.search_experiments(max_results=1)
@@ -80,10 +89,8 @@ def connect(tracking_uri: str) -> MlflowClient:
 
 def artifact_root(client: MlflowClient) -> str | None:
     """Artifacts beside a SQLite store (MLflow's default is ./mlruns of whatever the working dir is)."""
-    uri = client.tracking_uri
-    if uri.startswith("sqlite:///"):
-        return str(Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts")
-    return None  # a tracking server decides
+    database = sqlite_file(client.tracking_uri)
+    return str(database.parent / "mlartifacts") if database is not None else None  # else the server decides
 
 
 def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

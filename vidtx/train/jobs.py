@@ -2,15 +2,15 @@
 
 The job's working_dir carries only the resolved config; the cluster's image has vidtx installed (see
 infra/). Inside the job `vidtx train config.yaml` runs the trainer against the cluster (Ray sets
-RAY_ADDRESS there) and prints one result line that the submitter parses.
+RAY_ADDRESS there) and writes its `TrainResult` into the run's storage folder, where the submitter
+reads it once the job has succeeded: storage that both reach (a shared file system or an object
+store) is what a cluster run needs anyway, for its checkpoints.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
 import shlex
 import sys
 import tempfile
@@ -23,13 +23,8 @@ from ray.job_submission import JobStatus, JobSubmissionClient
 
 from vidtx.config import PipelineConfig, deep_merge, dump_config
 from vidtx.tracking.runs import connect, resolve_tracking_uri, start_or_resume_run
-from vidtx.train.launcher import (
-    RESULT_MARKER,
-    WORKER_ENV_VARS,
-    ProgressCallback,
-    TrainResult,
-    follow_progress,
-)
+from vidtx.train.payload import TrainResult, storage_location, worker_env
+from vidtx.train.progress import ProgressCallback, follow_progress
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +53,11 @@ def submit_training_job(
     mlflow = connect(resolve_tracking_uri(config))
     run_id = start_or_resume_run(mlflow, config, run_name, tags)
     client = JobSubmissionClient(address)
-    in_cluster = config.model_copy(deep=True)
-    in_cluster.train.run_name = run_name
+    in_cluster = config.for_run(run_name)
     in_cluster.train.cluster.address = None  # inside the job, Ray's own RAY_ADDRESS points at the cluster
-    env_vars = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
+    # the job writes its result there, so both sides must mean the same place
+    in_cluster.train.storage_path = storage_location(config.train.storage_path)
+    env_vars = worker_env()
     with tempfile.TemporaryDirectory(prefix="vidtx-job-") as workdir:
         Path(workdir, "config.yaml").write_text(dump_config(in_cluster))
         runtime_env = deep_merge(
@@ -82,7 +78,13 @@ def submit_training_job(
         message = client.get_job_info(job_id).message or ""
         tail = "\n".join(logs.splitlines()[-20:])
         raise TrainingJobError(f"Ray Job {job_id} {status.value}: {message}\n{tail}")
-    return parse_result(logs)
+    try:
+        return TrainResult.load(in_cluster.train.storage_path, run_name)
+    except FileNotFoundError as err:
+        raise TrainingJobError(
+            f"Ray Job {job_id} succeeded, but its result is not readable from here ({err}): "
+            "train.storage_path must be storage that this machine and the cluster both reach"
+        ) from err
 
 
 def _submit(client: JobSubmissionClient, **job: object) -> str:
@@ -97,13 +99,6 @@ def _submit(client: JobSubmissionClient, **job: object) -> str:
                 raise
             logger.info("the cluster's job agent is not up yet; submitting again")
             time.sleep(2.0)
-
-
-def parse_result(logs: str) -> TrainResult:
-    for line in reversed(logs.splitlines()):
-        if line.startswith(RESULT_MARKER):
-            return TrainResult(**json.loads(line.removeprefix(RESULT_MARKER)))
-    raise TrainingJobError("the Ray Job succeeded but printed no result line")
 
 
 def _wait(client: JobSubmissionClient, job_id: str, echo: bool) -> str:

@@ -11,57 +11,37 @@ from the latest checkpoint and logs into the same MLflow run.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import dataclasses
 import datetime
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import ray
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from vidtx.config import PipelineConfig
-from vidtx.data.manifest import load_manifest
+from vidtx.manifest import load_manifest
+from vidtx.model_factory import check_model_config
 from vidtx.ray_session import ray_session
-from vidtx.tracking.metrics import STEP_METRIC
-from vidtx.tracking.runs import connect, last_logged_step, resolve_tracking_uri, start_or_resume_run
+from vidtx.tracking.runs import (
+    BEST_CHECKPOINT_TAG,
+    CHECKPOINT_TAG,
+    connect,
+    resolve_tracking_uri,
+    start_or_resume_run,
+)
+from vidtx.train.jobs import submit_training_job
 from vidtx.train.loop import train_loop_per_worker
+from vidtx.train.payload import TrainResult, WorkerPayload, storage_location, worker_env
+from vidtx.train.progress import ProgressCallback, follow_progress
 
 logger = logging.getLogger(__name__)
-
-ProgressCallback = Callable[[int, int, dict[str, float]], None]  # (step, max_steps, latest metrics)
-RESULT_MARKER = "VIDTX_TRAIN_RESULT "  # prefix of the result line a Ray Job prints for its submitter
-WORKER_ENV_VARS = ("MLFLOW_TRACKING_URI", "DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")
-
-
-@dataclasses.dataclass
-class TrainResult:
-    run_name: str
-    storage_path: str
-    checkpoint: str | None  # latest checkpoint directory (path or URI)
-    best_checkpoint: str | None  # best by validation top-1
-    metrics: dict[str, Any]
-    mlflow_run_id: str
-    tracking_uri: str
 
 
 def default_run_name(config: PipelineConfig) -> str:
     return f"{config.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-
-
-def resolve_storage_path(storage_path: str) -> str:
-    """Object-store URIs pass through; local paths become absolute (Ray requires it)."""
-    if "://" in storage_path:
-        return storage_path
-    path = Path(storage_path).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
 
 
 def train(
@@ -72,11 +52,10 @@ def train(
     progress: ProgressCallback | None = None,
 ) -> TrainResult:
     """Train `config`; the same `run_name` + storage path resumes an earlier run."""
+    check_model_config(config)  # a bad preset or option fails here, before anything starts
     run_name = run_name or config.train.run_name or default_run_name(config)
     address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
     if address and address.startswith(("http://", "https://")):
-        from vidtx.train.jobs import submit_training_job
-
         return submit_training_job(config, run_name, address, tags, progress)
     return _train_on_ray(config, run_name, address, tags or {}, progress)
 
@@ -95,14 +74,17 @@ def _train_on_ray(
     lineage = {"vidtx.manifest_hash": manifest.content_hash, "ray.run_name": run_name, **tags}
     run_id = start_or_resume_run(client, config, run_name, lineage)
 
-    storage_path = resolve_storage_path(train_cfg.storage_path)
-    env_vars = {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
+    storage_path = storage_location(train_cfg.storage_path)
+    if "://" not in storage_path:
+        Path(storage_path).mkdir(parents=True, exist_ok=True)
+    env_vars = worker_env()
+    payload = WorkerPayload(
+        config=config.with_absolute_paths(), tracking_uri=tracking_uri, mlflow_run_id=run_id
+    )
     try:
         with ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
             _check_resources(config, autoscaling=address is not None)
-            trainer = _build_trainer(
-                config, run_name, storage_path, {"tracking_uri": tracking_uri, "mlflow_run_id": run_id}
-            )
+            trainer = _build_trainer(payload, run_name, storage_path)
             logger.info(
                 "training %s: %d workers, checkpoints in %s/%s",
                 run_name,
@@ -116,11 +98,11 @@ def _train_on_ray(
         client.set_terminated(run_id, status="FAILED")
         raise
     best = result.best_checkpoints[-1][0] if result.best_checkpoints else None
-    for tag, checkpoint in {"vidtx.checkpoint": result.checkpoint, "vidtx.best_checkpoint": best}.items():
+    for tag, checkpoint in {CHECKPOINT_TAG: result.checkpoint, BEST_CHECKPOINT_TAG: best}.items():
         if checkpoint is not None:
             client.set_tag(run_id, tag, checkpoint.path)
     client.set_terminated(run_id, status="FINISHED")
-    return TrainResult(
+    trained = TrainResult(
         run_name=run_name,
         storage_path=storage_path,
         checkpoint=result.checkpoint.path if result.checkpoint else None,
@@ -129,16 +111,16 @@ def _train_on_ray(
         mlflow_run_id=run_id,
         tracking_uri=tracking_uri,
     )
+    trained.save()  # for a submitter waiting on this run as a Ray Job
+    return trained
 
 
-def _build_trainer(
-    config: PipelineConfig, run_name: str, storage_path: str, tracking: dict[str, str]
-) -> TorchTrainer:
-    train_cfg = config.train
+def _build_trainer(payload: WorkerPayload, run_name: str, storage_path: str) -> TorchTrainer:
+    train_cfg = payload.config.train
     resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
     return TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"config": config.with_absolute_paths().model_dump(mode="json"), **tracking},
+        train_loop_config=payload.model_dump(mode="json"),
         scaling_config=ScalingConfig(
             num_workers=train_cfg.num_workers, use_gpu=train_cfg.use_gpu, resources_per_worker=resources
         ),
@@ -177,40 +159,3 @@ def _check_resources(config: PipelineConfig, autoscaling: bool) -> None:
         raise ValueError("; ".join(problems))
     for problem in problems:
         logger.warning("%s: waiting for the autoscaler", problem)
-
-
-@contextlib.contextmanager
-def follow_progress(
-    client: Any, run_id: str, max_steps: int, progress: ProgressCallback | None, interval: float = 5.0
-) -> Iterator[None]:
-    """While the body runs, poll the MLflow run and call `progress(step, max_steps, metrics)` on news.
-
-    The callback runs on a daemon thread that carries the caller's context variables (so a Prefect task
-    can update its artifacts from it); a failing callback never breaks training.
-    """
-    if progress is None:
-        yield
-        return
-    stop = threading.Event()
-
-    def poll() -> None:
-        reported = -1
-        while True:
-            finished = stop.wait(interval)
-            try:
-                step = last_logged_step(client, run_id, STEP_METRIC)
-                if step > reported:
-                    progress(step, max_steps, dict(client.get_run(run_id).data.metrics))
-                    reported = step
-            except Exception:
-                logger.debug("progress poll failed", exc_info=True)
-            if finished:
-                return
-
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(poll,), daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=60)

@@ -16,16 +16,17 @@ import ray.train
 import torch
 import torch.distributed as dist
 
-from vidtx.config import PipelineConfig
 from vidtx.data.loader import build_eval_loader, build_train_loader
-from vidtx.data.manifest import load_manifest
-from vidtx.models import build_model, count_flops
-from vidtx.tracking.metrics import RankZeroMetrics
+from vidtx.eval.metrics import top_k_correct
+from vidtx.model_factory import model_for
+from vidtx.models import count_flops
+from vidtx.tracking.rank_zero import RankZeroMetrics
 from vidtx.train.accelerator import import_deepspeed
 from vidtx.train.checkpoint import TrainState, restore, save_and_report
 from vidtx.train.deepspeed_config import build_deepspeed_config
-from vidtx.train.mixup import classification_loss, mixup
+from vidtx.train.loss import classification_loss, mixup
 from vidtx.train.optim import build_optimizer, build_scheduler
+from vidtx.train.payload import WorkerPayload
 from vidtx.train.throughput import ThroughputMeter, format_duration
 
 logger = logging.getLogger("vidtx.train")
@@ -34,23 +35,21 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def train_loop_per_worker(payload: dict[str, Any]) -> None:
-    """Ray Train entry point. `payload`: the resolved config plus the MLflow run to log into."""
+    """Ray Train entry point: `payload` is a `WorkerPayload` as JSON-compatible data."""
     logging.getLogger("vidtx").setLevel(logging.INFO)  # Ray's worker log handler prints it
-    WorkerTrainer(payload).fit()
+    WorkerTrainer(WorkerPayload.model_validate(payload)).fit()
 
 
 class WorkerTrainer:
-    def __init__(self, payload: dict[str, Any]) -> None:
-        self.cfg = PipelineConfig.model_validate(payload["config"])
+    def __init__(self, payload: WorkerPayload) -> None:
+        self.cfg = payload.config
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
         deepspeed = import_deepspeed()
         train, data = self.cfg.train, self.cfg.data
-        self.num_classes = load_manifest(data.shards, data.train_split).num_classes
         torch.manual_seed(train.seed)  # identical initial weights on every rank
-        model = build_model(
-            self.cfg.model, num_classes=self.num_classes, num_frames=data.num_frames, img_size=data.crop_size
-        )
+        model = model_for(self.cfg)
+        self.num_classes = model.num_classes
         # Counted before DeepSpeed wraps the model (ZeRO-3 partitions the parameters).
         # Forward + backward = 3 forwards; a MAC is 2 FLOPs.
         flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
@@ -69,7 +68,7 @@ class WorkerTrainer:
             logger.info("rank %d resumed at step %d", self.rank, self.state.step)
         torch.manual_seed(train.seed + 1000 * self.rank + self.state.step)  # dropout / drop path
         self.rng = np.random.default_rng([train.seed, self.rank, self.state.step])  # mixup
-        self.metrics = RankZeroMetrics(self.rank, payload["tracking_uri"], payload["mlflow_run_id"])
+        self.metrics = RankZeroMetrics(self.rank, payload.tracking_uri, payload.mlflow_run_id)
         if restored:
             self.metrics.log_always({"train/resumed_from_step": float(self.state.step)}, self.state.step)
         peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
@@ -131,15 +130,9 @@ class WorkerTrainer:
                 continue
             views, labels, _ = batch  # (B, 1, C, T, H, W)
             logits = self.engine(views[:, 0].to(self.engine.device, self.dtype)).float().cpu()
-            top5 = logits.topk(min(5, logits.shape[1]), dim=1).indices
+            loss_sum = torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item()
             totals += torch.tensor(
-                [
-                    (top5[:, 0] == labels).sum().item(),
-                    (top5 == labels[:, None]).any(dim=1).sum().item(),
-                    torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item(),
-                    len(labels),
-                ],
-                dtype=torch.float64,
+                [*top_k_correct(logits, labels), loss_sum, len(labels)], dtype=torch.float64
             )
         self.engine.train()
         dist.all_reduce(totals)

@@ -16,7 +16,7 @@ import av
 import numpy as np
 
 from vidtx.config import ReencodeConfig
-from vidtx.data.decode import scaled_size
+from vidtx.media.decode import scaled_size
 
 
 def video_codec() -> str:

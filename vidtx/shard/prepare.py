@@ -23,9 +23,9 @@ import av
 import decord
 
 from vidtx.config import ReencodeConfig
-from vidtx.data.decode import VideoDecodeError, VideoInfo, check_container, probe_video
-from vidtx.data.encode import reencode
-from vidtx.data.sources import VIDEO_EXTENSIONS
+from vidtx.manifest import VIDEO_EXTENSIONS
+from vidtx.media.decode import VideoDecodeError, VideoInfo, check_container, probe_video
+from vidtx.media.encode import reencode
 
 
 class RejectedVideoError(Exception):

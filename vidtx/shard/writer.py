@@ -3,10 +3,7 @@
 The job is split so that an orchestrator can map `write_shard` over the plan (a Prefect task per
 shard); `shard_dataset` does the same with a process pool.
 
-* `plan_shards` is pure: per split, records sorted by key, shuffled with a seeded RNG (so each shard
-  mixes classes), cut into shards of at most `max_samples_per_shard` samples and about
-  `max_bytes_per_shard` bytes of source video. Sample keys are `<shard:06d><position:06d>`; a
-  rejected video leaves a gap, so keys never depend on which other videos were bad.
+* `plan_shards` (`plan.py`) is pure: which video goes into which shard under which key.
 * `write_shard` probes every video (and re-encodes it when asked) in a time-limited child process,
   writes the good ones with `webdataset.TarWriter` to `<name>.tmp`, renames it when complete, writes
   `<name>.stats.json` (the completion marker, holding the shard's counts and rejects). Tar members
@@ -21,11 +18,9 @@ No single video or annotation row stops the job: bad ones are rejects with a rea
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import random
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
@@ -33,121 +28,42 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import webdataset as wds
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from vidtx.config import ShardConfig
-from vidtx.data.manifest import (
-    MANIFEST_SUFFIX,
+from vidtx.log import setup_logging, track
+from vidtx.manifest import (
     Manifest,
     Reject,
     ShardInfo,
     content_hash,
     file_sha256,
+    manifest_path,
     reason_counts,
 )
-from vidtx.data.prepare import RejectedVideoError, VideoPreparer
-from vidtx.data.sources import VideoRecord, read_source
-from vidtx.log import setup_logging, track
+from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards
+from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
 
 log = logging.getLogger(__name__)
 
-TAR_OVERHEAD_BYTES = 2048  # per sample: two member headers, the json member, block padding
 
-
-class ShardingError(RuntimeError):
+class ShardingError(ValueError):
     """The job cannot produce a trustworthy split (e.g. too many bad videos)."""
 
 
-class ShardItem(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    key: str  # sample key inside the tar
-    source_key: str
-    path: str  # where to read the video
-    source: str  # path as recorded in the sample's json (relative to the dataset root when possible)
-    label: int
-    problem: str | None = None  # an annotation problem: the item is a reject without being read
-
-
-class ShardSpec(BaseModel):
-    """One planned tar: which videos, in which order, under which keys."""
-
-    model_config = ConfigDict(frozen=True)
-
-    split: str
-    index: int
-    items: tuple[ShardItem, ...]
-    class_names: tuple[str, ...]
-
-    @property
-    def name(self) -> str:
-        return f"{self.split}-{self.index:06d}.tar"
-
-    def fingerprint(self, cfg: ShardConfig) -> str:
-        """Changes whenever the bytes of the shard could: its plan or the per-video processing."""
-        recipe = {"spec": self.model_dump(mode="json", exclude_none=True), "min_frames": cfg.min_frames}
-        recipe["reencode"] = cfg.reencode.model_dump(mode="json") if cfg.reencode else None
-        return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
-
-
 class ShardResult(BaseModel):
-    name: str
+    """What `write_shard` wrote, handed to `finalize_split`; also saved as `<name>.stats.json`,
+    the shard's completion marker, so a rerun can skip the shard."""
+
+    name: str  # tar file name, relative to `cfg.output`
     split: str
-    samples: int
-    bytes: int
-    sha256: str
-    counts_per_class: dict[str, int]
+    samples: int  # videos written (rejects excluded)
+    bytes: int  # size of the tar file
+    sha256: str  # hex digest of the tar file
+    counts_per_class: dict[str, int]  # written videos per class name (classes with none omitted)
     rejects: list[Reject]
     class_names: list[str]  # the plan's label map, so finalizing needs nothing but the results
-    fingerprint: str
-
-
-def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
-    """Deterministic assignment of the source's videos to shards, for every requested split."""
-    source = read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=cfg.classes)
-    splits = cfg.splits or source.splits
-    unknown = set(splits) - set(source.splits)
-    if unknown:
-        raise ValueError(f"{cfg.source}: no videos in split(s) {sorted(unknown)}; found {source.splits}")
-    specs = []
-    for split in splits:
-        records = sorted(source.split_records(split), key=lambda record: record.key)
-        random.Random(f"{cfg.seed}/{split}").shuffle(records)
-        for index, group in enumerate(_pack(records, cfg.max_samples_per_shard, cfg.max_bytes_per_shard)):
-            items = tuple(
-                ShardItem(
-                    key=f"{index:06d}{position:06d}",
-                    source_key=record.key,
-                    path=str(record.path),
-                    source=_relative(record.path, source.root),
-                    label=record.label,
-                    problem=record.problem,
-                )
-                for position, record in enumerate(group)
-            )
-            specs.append(
-                ShardSpec(split=split, index=index, items=items, class_names=tuple(source.class_names))
-            )
-    return specs
-
-
-def _pack(records: list[VideoRecord], max_samples: int, max_bytes: int) -> list[list[VideoRecord]]:
-    """Consecutive groups of at most `max_samples` records and about `max_bytes` tar bytes."""
-    groups: list[list[VideoRecord]] = [[]]
-    group_bytes = 0
-    for record in records:
-        readable = record.problem is None and record.path.is_file()
-        size = (record.path.stat().st_size if readable else 0) + TAR_OVERHEAD_BYTES
-        if groups[-1] and (len(groups[-1]) >= max_samples or group_bytes + size > max_bytes):
-            groups.append([])
-            group_bytes = 0
-        groups[-1].append(record)
-        group_bytes += size
-    return groups
-
-
-def _relative(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    fingerprint: str  # `ShardSpec.fingerprint`: the plan and processing the tar was written from
 
 
 def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Path:
@@ -203,7 +119,7 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
         return done
     cfg.output.mkdir(parents=True, exist_ok=True)
     # The split's manifest no longer describes the tars once one is rewritten.
-    (cfg.output / f"{spec.split}{MANIFEST_SUFFIX}").unlink(missing_ok=True)
+    manifest_path(cfg.output, spec.split).unlink(missing_ok=True)
     tar, temporary = cfg.output / spec.name, cfg.output / f"{spec.name}.tmp"
     counts: Counter[str] = Counter()
     rejects = []

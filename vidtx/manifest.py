@@ -19,24 +19,30 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 MANIFEST_SUFFIX = ".manifest.json"
+# A sample of the video store holds the video under its container's extension (mp4 after a re-encode).
+VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v")
 
 
 class ShardInfo(BaseModel):
+    """One finished tar of a split, as recorded in the manifest; loaders and integrity checks use it."""
+
     model_config = ConfigDict(frozen=True)
 
-    name: str
-    samples: int
-    bytes: int
-    sha256: str
+    name: str  # tar file name, relative to the shards folder: <split>-NNNNNN.tar
+    samples: int  # videos written into the tar (rejects excluded)
+    bytes: int  # size of the tar file
+    sha256: str  # hex digest of the tar file
 
 
 class Reject(BaseModel):
+    """A video the shard stage left out, and why; listed in the manifest and `<split>.rejects.jsonl`."""
+
     model_config = ConfigDict(frozen=True)
 
-    key: str
-    path: str
-    label: int
-    reason: str
+    key: str  # the video's key in the source dataset (not a tar sample key)
+    path: str  # source path, relative to the dataset root when possible
+    label: int  # label id; -1 when the annotation names no known class
+    reason: str  # "<kind>: <detail>" or "<kind> (<detail>)"; see `reason_kind`
 
 
 def reason_kind(reason: str) -> str:
@@ -51,15 +57,21 @@ def reason_counts(rejects: Iterable[Reject]) -> list[tuple[str, int]]:
 
 
 class Manifest(BaseModel):
+    """`<split>.manifest.json`: the hand-off from the shard stage to training and evaluation.
+
+    Written by `finalize_split` once every shard of the split is complete; read with
+    `load_manifest`, which remembers the folder so that `shard_urls()` can resolve the tars.
+    """
+
     split: str
-    shards: list[ShardInfo]
-    num_samples: int
+    shards: list[ShardInfo]  # in order of shard index
+    num_samples: int  # videos in all tars (rejects excluded)
     class_names: list[str]  # index = label id
-    counts_per_class: dict[str, int]
+    counts_per_class: dict[str, int]  # written videos per class name (0 for a class with none)
     rejects: list[Reject]
-    config: dict[str, Any]
-    content_hash: str
-    _root: Path | None = PrivateAttr(None)
+    config: dict[str, Any]  # the ShardConfig that wrote the split, as JSON
+    content_hash: str  # sha256 of class names and shard names, counts and digests: the data's identity
+    _root: Path | None = PrivateAttr(None)  # folder the manifest was loaded from
 
     @property
     def num_classes(self) -> int:
@@ -77,7 +89,7 @@ class Manifest(BaseModel):
         return [str(Path(folder) / shard.name) for shard in self.shards]
 
     def save(self, folder: Path) -> Path:
-        path = Path(folder) / f"{self.split}{MANIFEST_SUFFIX}"
+        path = manifest_path(folder, self.split)
         path.write_text(self.model_dump_json(indent=2) + "\n")
         return path
 
@@ -109,8 +121,12 @@ def content_hash(shards: list[ShardInfo], class_names: list[str]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def manifest_path(shards_dir: Path, split: str) -> Path:
+    return Path(shards_dir) / f"{split}{MANIFEST_SUFFIX}"
+
+
 def load_manifest(shards_dir: Path, split: str) -> Manifest:
-    path = Path(shards_dir) / f"{split}{MANIFEST_SUFFIX}"
+    path = manifest_path(shards_dir, split)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no manifest (shard the '{split}' split with `vidtx shard` first)")
     try:

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from vidtx.config import DatasetFormat
-from vidtx.data.annotations import AnnotationError, empty_field_problem, read_csv_rows, read_json
+from vidtx.manifest import VIDEO_EXTENSIONS
+from vidtx.shard.annotations import AnnotationError, empty_field_problem, read_csv_rows, read_json
 
-VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v")
 UNLABELLED = -1  # the label of a record whose row names no known class
 
 

@@ -25,6 +25,7 @@ from torch import nn
 
 from vidtx.config import PipelineConfig, RegistryConfig, dump_config, load_config
 from vidtx.eval.evaluate import EvalResult
+from vidtx.eval.report import render_results
 from vidtx.models import count_flops
 from vidtx.tracking.runs import mlflow_uris
 
@@ -37,13 +38,15 @@ SPLIT_TAG = "vidtx.eval_split"  # manifest hash + views: what makes two metrics 
 
 @dataclasses.dataclass
 class ModelVersionInfo:
-    name: str
+    """What the register stage registered: the new model version and the promotion decision."""
+
+    name: str  # registered model name (`registry.model_name`)
     version: str
     model_uri: str  # models:/<name>/<version>
-    aliases: list[str]
+    aliases: list[str]  # the version's aliases after registration (challenger, maybe champion)
     promoted: bool  # became champion
     reason: str  # why it did or did not become champion
-    run_id: str
+    run_id: str  # the MLflow run the model was logged into (the training run)
 
 
 def _signature(num_frames: int, size: int, num_classes: int) -> ModelSignature:
@@ -55,10 +58,6 @@ def _signature(num_frames: int, size: int, num_classes: int) -> ModelSignature:
 def model_card(
     config: PipelineConfig, result: EvalResult, gflops: float, params: int, train_seconds: float | None
 ) -> str:
-    rows = "\n".join(
-        f"| {name} | {m.top1:.4f} | {m.top5:.4f} | {m.mean_class_accuracy:.4f} |"
-        for name, m in result.by_ensemble.items()
-    )
     hours = f"{train_seconds / 3600:.2f} h" if train_seconds else "unknown"
     return f"""# {config.registry.model_name}
 
@@ -67,13 +66,10 @@ multiply-adds), input clips (B, 3, {config.data.num_frames}, {config.data.crop_s
 {len(result.class_names)} classes, normalised with mean {config.data.mean} and std {config.data.std}.
 
 - Training data: `{config.data.shards}` split `{config.data.train_split}`
-- Evaluation: split `{result.split}` (manifest hash `{result.manifest_hash}`), {result.views} views
-  (clips x crops), {result.num_videos} videos, {result.num_skipped} skipped
+- Evaluation: manifest hash `{result.manifest_hash}`
 - Training time: {hours}
 
-| ensemble | top-1 | top-5 | mean class accuracy |
-|---|---|---|---|
-{rows}
+{render_results(result)}
 
 Promotion metric: `{config.registry.metric}` of the `{result.primary}` ensemble.
 """
@@ -155,14 +151,18 @@ def register(
 
 @dataclasses.dataclass
 class LoadedModel:
-    """A registered model ready for inference, with what it was trained on."""
+    """A registered model ready for inference, with what it was trained on; from `load_registered_model`.
+
+    Prediction and evaluation of a `models:/` URI use it; the config gives the data settings (frames,
+    crop size, normalisation) the model expects.
+    """
 
     module: nn.Module  # clips (B, 3, T, H, W) float32 -> logits (B, K)
-    config: PipelineConfig
-    class_names: list[str]
+    config: PipelineConfig  # the pipeline config the model was trained with
+    class_names: list[str]  # index = label id = logit index
 
 
-def load_model(model_uri: str, tracking_uri: str | None = None) -> LoadedModel:
+def load_registered_model(model_uri: str, tracking_uri: str | None = None) -> LoadedModel:
     """Load `models:/<name>@<alias>` (or `/<version>`) with its config and class names."""
     uris = mlflow_uris(tracking_uri) if tracking_uri else contextlib.nullcontext()
     with uris, tempfile.TemporaryDirectory() as directory:

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from vidtx.config import SynthConfig
-from vidtx.data.encode import encode_mp4
 from vidtx.log import track
+from vidtx.media.encode import encode_mp4
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,10 @@
-"""GPU memory of X-ViT training per ZeRO stage, micro-batch and GPU count: the sizing table of
-infra/README.md.
+"""Planning a GPU run: memory per GPU by ZeRO stage, micro-batch and GPU count, and the step time.
 
-    python infra/sizing.py                      # the README's tables (X-ViT B/16, 8 and 16 frames)
-    python infra/sizing.py --model xvit_b16_16x224 --gpu-memory 80 --gpus 8 16 --global-batch 256
+    vidtx plan configs/experiments/ssv2_xvit_b16_8f.yaml configs/experiments/ssv2_xvit_b16_16f.yaml
+    vidtx plan configs/experiments/ssv2_xvit_b16_16f.yaml --gpus 8 16 --gpu-memory 80 --mfu 0.4
+
+The model, frames, crop size, ZeRO stage, optimizer and global batch come from the config (the
+tables of infra/README.md are the SSv2 recipes'); the number of classes from `--classes`.
 
 Memory per GPU = model states + activations + a fixed reserve:
 
@@ -18,19 +20,24 @@ Memory per GPU = model states + activations + a fixed reserve:
 - The reserve covers the CUDA context, cuBLAS and NCCL workspaces and allocator fragmentation, and
   plans use at most 90% of a GPU: planning allowances, not measurements. Check a real run's peak
   (`torch.cuda.max_memory_allocated`) before you trust the last GiB.
+
+Step time = global batch / (GPUs x clips per second per GPU), where the clips per second are measured
+(a run's `train/clips_per_second` divided by its GPUs) or come from a peak and an MFU: peak x MFU /
+training FLOPs per clip (3 forward passes of multiply-adds, 2 FLOPs each).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 from collections.abc import Sequence
 
 import torch
 
-from vidtx.models import create_model
-from vidtx.models.video import VideoTransformer
+from vidtx.config import PipelineConfig
+from vidtx.markdown import markdown_table
+from vidtx.model_factory import build_model
+from vidtx.models import VideoTransformer, count_flops
 
 GIB = 2**30
 USABLE_FRACTION = 0.9  # of a GPU's memory that a plan may fill, reserve included
@@ -70,17 +77,28 @@ def model_state_bytes(num_params: int, zero_stage: int, world_size: int, optimiz
 
 @dataclasses.dataclass(frozen=True)
 class ModelFootprint:
+    """What the memory and time of a training step depend on, measured once per config."""
+
     name: str
     num_params: int
     depth: int
     activation_bytes_per_clip: int
+    train_flops_per_clip: float  # forward + backward, in FLOPs (not multiply-adds)
 
     @classmethod
-    def measure(cls, model_name: str, num_classes: int = 174, drop_path_rate: float = 0.1) -> ModelFootprint:
-        """The preset as the SSv2 recipes train it (174 classes, stochastic depth 0.1)."""
-        model = create_model(model_name, num_classes=num_classes, drop_path_rate=drop_path_rate)
+    def measure(cls, config: PipelineConfig, num_classes: int = 174) -> ModelFootprint:
+        """The model `config` trains, with `num_classes` classes (174: SSv2)."""
+        data = config.data
+        model = build_model(
+            config.model.model_copy(update={"pretrained": None}),
+            num_classes=num_classes,
+            num_frames=data.num_frames,
+            img_size=data.crop_size,
+        )
+        clip = (1, 3, data.num_frames, data.crop_size, data.crop_size)
+        flops = 3 * 2 * count_flops(model, clip).total
         num_params = sum(p.numel() for p in model.parameters())
-        return cls(model_name, num_params, len(model.blocks), activation_bytes_per_clip(model))
+        return cls(config.model.name, num_params, len(model.blocks), activation_bytes_per_clip(model), flops)
 
     def step_activation_bytes(self, micro_batch: int) -> float:
         """Saved activations plus the backward pass's gradients of one block's activations."""
@@ -137,68 +155,96 @@ def plan(
 
 
 def sizing_table(
-    footprint: ModelFootprint, gpu_counts: Sequence[int], gpu_memories: Sequence[float], global_batch: int
+    footprint: ModelFootprint,
+    gpu_counts: Sequence[int],
+    gpu_memories: Sequence[float],
+    global_batch: int,
+    zero_stage: int = 1,
+    optimizer: str = "sgd",
 ) -> str:
-    """Markdown: one row per GPU count, one column per GPU memory size (ZeRO-1, SGD)."""
-    header = "| GPUs | " + " | ".join(f"{memory:g} GiB GPUs" for memory in gpu_memories) + " |"
-    lines = [header, "|---" * (len(gpu_memories) + 1) + "|"]
+    """Markdown: one row per GPU count, one column per GPU memory size."""
+    rows = []
     for gpus in gpu_counts:
         cells = []
         for memory in gpu_memories:
-            p = plan(footprint, gpus, memory, global_batch)
+            p = plan(footprint, gpus, memory, global_batch, zero_stage, optimizer)
             cells.append(
                 "does not fit" if p is None else f"{p.micro_batch} x {p.accumulation} ({p.memory_gib} GiB)"
             )
-        lines.append(f"| {gpus} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append([gpus, *cells])
+    return markdown_table(["GPUs", *(f"{memory:g} GiB GPUs" for memory in gpu_memories)], rows)
 
 
 def state_table(footprint: ModelFootprint, gpu_counts: Sequence[int], optimizer: str = "sgd") -> str:
     """Markdown: model-state GiB per GPU for ZeRO stages 0-3."""
-    lines = ["| GPUs | ZeRO-0 | ZeRO-1 | ZeRO-2 | ZeRO-3 |", "|---|---|---|---|---|"]
-    for gpus in gpu_counts:
-        states = (model_state_bytes(footprint.num_params, stage, gpus, optimizer) / GIB for stage in range(4))
-        lines.append(f"| {gpus} | " + " | ".join(f"{gib:.2f}" for gib in states) + " |")
-    return "\n".join(lines)
+    rows = [
+        [
+            gpus,
+            *(
+                f"{model_state_bytes(footprint.num_params, stage, gpus, optimizer) / GIB:.2f}"
+                for stage in range(4)
+            ),
+        ]
+        for gpus in gpu_counts
+    ]
+    return markdown_table(["GPUs", "ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3"], rows)
+
+
+def step_seconds(global_batch: int, gpus: int, clips_per_second_per_gpu: float) -> float:
+    """Seconds per optimizer step when every GPU trains `clips_per_second_per_gpu` clips a second."""
+    return global_batch / (gpus * clips_per_second_per_gpu)
+
+
+def clips_per_second_at(footprint: ModelFootprint, peak_tflops: float, mfu: float) -> float:
+    """Clips a GPU trains per second at `mfu` of a `peak_tflops` peak."""
+    return peak_tflops * 1e12 * mfu / footprint.train_flops_per_clip
 
 
 def report(
-    models: Sequence[str], gpu_counts: Sequence[int], gpu_memories: Sequence[float], global_batch: int
+    configs: Sequence[PipelineConfig],
+    gpu_counts: Sequence[int],
+    gpu_memories: Sequence[float],
+    *,
+    num_classes: int = 174,
+    clips_per_second: float | None = None,
+    mfu: float | None = None,
 ) -> str:
-    footprints = [ModelFootprint.measure(name) for name in models]
+    """Markdown: per config, the micro-batch table and the largest micro-batch; the model states by
+    ZeRO stage of the first; step times when a throughput (measured, or peak x MFU) is given."""
     sections = []
-    for footprint in footprints:
+    for config in configs:
+        train, optimizer = config.train, config.train.optimizer.name
+        global_batch = train.global_batch_size or train.micro_batch_size * train.num_workers
+        footprint = ModelFootprint.measure(config, num_classes)
         sections += [
-            f"{footprint.name}: {footprint.num_params / 1e6:.1f}M parameters, "
+            f"{config.name} ({footprint.name}, {config.data.num_frames}x{config.data.crop_size}): "
+            f"{footprint.num_params / 1e6:.1f}M parameters, "
             f"{footprint.activation_bytes_per_clip / 2**20:.0f} MiB of activations per clip (bf16); "
-            f"micro-batch x accumulation steps (estimated peak per GPU) for a global batch of {global_batch}:",
+            f"micro-batch x accumulation steps (estimated peak per GPU, ZeRO-{train.zero_stage}, {optimizer}) "
+            f"for a global batch of {global_batch}:",
             "",
-            sizing_table(footprint, gpu_counts, gpu_memories, global_batch),
+            sizing_table(footprint, gpu_counts, gpu_memories, global_batch, train.zero_stage, optimizer),
             "",
-            "Largest micro-batch per GPU (8 GPUs, ZeRO-1): "
-            + ", ".join(f"{memory:g} GiB: {max_micro_batch(footprint, 8, memory)}" for memory in gpu_memories)
+            f"Largest micro-batch per GPU (8 GPUs, ZeRO-{train.zero_stage}): "
+            + ", ".join(
+                f"{memory:g} GiB: {max_micro_batch(footprint, 8, memory, train.zero_stage, optimizer)}"
+                for memory in gpu_memories
+            )
             + ".",
             "",
         ]
+        per_gpu = clips_per_second
+        if per_gpu is None and mfu is not None and train.peak_tflops is not None:
+            per_gpu = clips_per_second_at(footprint, train.peak_tflops, mfu)
+        if per_gpu is not None:
+            times = ", ".join(
+                f"{gpus} GPUs: {step_seconds(global_batch, gpus, per_gpu):.2f} s" for gpus in gpu_counts
+            )
+            sections += [f"Step time at {per_gpu:.1f} clips/s per GPU: {times}.", ""]
+    first = ModelFootprint.measure(configs[0], num_classes)
     sections += [
-        f"Model states per GPU (GiB, SGD with momentum) of {footprints[0].name}:",
+        f"Model states per GPU (GiB, {configs[0].train.optimizer.name}) of {first.name}:",
         "",
-        state_table(footprints[0], gpu_counts),
+        state_table(first, gpu_counts, configs[0].train.optimizer.name),
     ]
     return "\n".join(sections)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", nargs="+", default=["xvit_b16_8x224", "xvit_b16_16x224"])
-    parser.add_argument("--gpus", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32, 64])
-    parser.add_argument("--gpu-memory", nargs="+", type=float, default=[40, 80, 141], help="GiB per GPU.")
-    parser.add_argument(
-        "--global-batch", type=int, default=128, help="Clips per optimizer step (paper: 128)."
-    )
-    args = parser.parse_args()
-    print(report(args.model, args.gpus, args.gpu_memory, args.global_batch))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""Named model presets: `create_model`, `build_model` (from a config), `list_models`, `model_info`.
+"""Named model presets: `create_model`, `list_models`, `model_info`, `load_checkpoint`.
 
 Every preset maps clips (B, C, T, H, W) to logits (B, num_classes). Keyword overrides replace the
 preset's defaults (num_classes, num_frames, img_size, patch_size, depth, model options, ...); an
@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -19,11 +19,8 @@ from vidtx.models.spacetime import JointSpaceTime, TimeSformer
 from vidtx.models.video import VideoTransformer
 from vidtx.models.vit import ViTEncoder
 from vidtx.models.vivit import ViViTFactorisedEncoder
-from vidtx.models.weights import load_image_vit, read_checkpoint
+from vidtx.models.weights import read_checkpoint
 from vidtx.models.xvit import XViT
-
-if TYPE_CHECKING:
-    from vidtx.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -119,23 +116,6 @@ def create_model(name: str, **overrides: Any) -> VideoTransformer:
     kwargs = {**preset.defaults, **overrides}
     model = preset.model_cls(**kwargs)
     model.model_spec = {"name": name, "kwargs": kwargs}
-    return model
-
-
-def build_model(cfg: ModelConfig, *, num_classes: int, num_frames: int, img_size: int) -> VideoTransformer:
-    """The model a pipeline config asks for; loads `cfg.pretrained` (image ViT, timm names) when set."""
-    model = create_model(
-        cfg.name,
-        num_classes=num_classes,
-        num_frames=num_frames,
-        img_size=img_size,
-        attention_impl=cfg.attention_impl,
-        drop_path_rate=cfg.drop_path_rate,
-        head_dropout=cfg.head_dropout,
-        **cfg.options,
-    )
-    if cfg.pretrained:
-        load_image_vit(model, cfg.pretrained)
     return model
 
 

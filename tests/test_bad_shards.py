@@ -1,0 +1,185 @@
+"""Bad shards and samples at load time: both loaders skip (and log) samples that fail to decode, decode
+odd videos to the configured crop, read what is left of a damaged tar, and `vidtx inspect` reports damaged
+shards instead of crashing (issue 10, point 1, data side).
+
+The odd and bad videos are written by media.py; `bad_dataset` (conftest) is them sharded by `vidtx shard`.
+"""
+
+import json
+import logging
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import webdataset as wds
+from media import SHARDED, case_bytes, good
+
+from vidtx.config import DataConfig
+from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.manifest import Manifest, ShardInfo, content_hash
+
+# --- the loaders: decode failures are skipped and logged, odd videos decode and crop ----------------
+
+
+@pytest.fixture
+def single_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+def loader_config(shards: Path) -> DataConfig:
+    return DataConfig(
+        shards=shards, num_frames=8, short_side=32, crop_size=28, num_workers=0, shuffle_buffer=4
+    )
+
+
+@pytest.mark.usefixtures("single_process")
+def test_loaders_decode_odd_sizes_frame_rates_and_containers_to_the_configured_crop(
+    bad_dataset: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    shards, _ = bad_dataset
+    cfg = loader_config(shards)
+    views = {}
+    for batch, _, keys in build_eval_loader(cfg, "train", batch_size=4):
+        views |= dict(zip(keys, batch, strict=True))
+    assert sorted(views) == sorted([f"good{i}" for i in range(4)] + [Path(n).stem for n in SHARDED])
+    for clip in views.values():
+        assert clip.shape == (1, 3, 8, 28, 28)  # (views, C, T, H, W)
+        assert clip.std() > 0.05
+    five = views["five_frames"][0]  # 5 frames, padded to 8 by repeating frames
+    assert len({five[:, t].numpy().tobytes() for t in range(8)}) == 5
+    epoch = list(build_train_loader(cfg, batch_size=4, seed=0))
+    assert len(epoch) == 3
+    assert all(clips.shape == (4, 3, 8, 28, 28) for clips, _ in epoch)
+
+
+def write_shard_of_samples(folder: Path, samples: dict[str, dict[str, bytes]]) -> None:
+    """A tar of the given members per key and its manifest (as `vidtx shard` would have written)."""
+    folder.mkdir()
+    with wds.TarWriter(str(folder / "train-000000.tar"), encoder=False) as writer:
+        for key, members in samples.items():
+            writer.write({"__key__": key, **members})
+    tar = folder / "train-000000.tar"
+    shard = ShardInfo(name=tar.name, samples=len(samples), bytes=tar.stat().st_size, sha256="")
+    Manifest(
+        split="train",
+        shards=[shard],
+        num_samples=len(samples),
+        class_names=["a"],
+        counts_per_class={"a": len(samples)},
+        rejects=[],
+        config={},
+        content_hash=content_hash([shard], ["a"]),
+    ).save(folder)
+
+
+def meta(source: str, width: int = 64, height: int = 48) -> bytes:
+    fields = {"label": 0, "label_name": "a", "key": Path(source).stem, "source": source}
+    return json.dumps(fields | {"width": width, "height": height, "frames": 12, "fps": 12.0}).encode()
+
+
+@pytest.mark.usefixtures("single_process")
+def test_samples_that_fail_to_decode_are_skipped_and_logged_by_both_loaders(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = {
+        "corrupt": (case_bytes("corrupt.mp4"), "cannot decode frames"),
+        "truncated": (case_bytes("truncated.mp4"), "cannot open the video"),
+        "zero_bytes": (b"", "cannot open the video"),
+        "text": (case_bytes("notes.txt"), "cannot open the video"),
+        "audio_only": (case_bytes("audio_only.mp4"), "cannot open the video"),
+    }
+    samples = {"000000000000": {"mp4": good(), "json": meta("good-1.mp4")}}
+    for index, (name, (data, _)) in enumerate(bad.items(), start=1):
+        samples[f"{index:012d}"] = {"mp4": data, "json": meta(f"{name}.mp4")}
+    samples["000000000006"] = {"json": meta("no_video.mp4")}
+    samples["000000000007"] = {"mp4": good(), "json": b"{not json"}
+    samples["000000000008"] = {"mp4": good(), "json": meta("good-2.mp4")}
+    write_shard_of_samples(tmp_path / "shards", samples)
+    cfg = loader_config(tmp_path / "shards")
+    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"):
+        keys = [key for _, _, batch in build_eval_loader(cfg, "train", batch_size=2) for key in batch]
+        train = list(build_train_loader(cfg, batch_size=1, seed=0))
+    assert keys == ["good-1", "good-2"]
+    assert len(train) == 9  # an epoch is num_samples / batch size batches, drawn from the good two
+    skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping evaluation")]
+    url = tmp_path / "shards/train-000000.tar"
+    for index, (name, (_, reason)) in enumerate(bad.items(), start=1):
+        line = next(m for m in skipped if f"{url}:{index:012d} ({name}.mp4): " in m)
+        assert reason in line
+    assert any(f"{url}:000000000006 (no_video.mp4): no video member among ['json']" in m for m in skipped)
+    assert any(f"{url}:000000000007: Expecting property name" in m for m in skipped)
+    assert len(skipped) == 7
+    assert any(m.startswith("skipping training sample") for m in (r.getMessage() for r in caplog.records))
+
+
+# --- a shard folder with a damaged tar -------------------------------------------------------------
+
+
+@pytest.fixture
+def damaged_shards(synthetic_shards: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A copy of the synthetic shards (5 + 5 + 5 + 5 + 4 train samples) with train-000001.tar cut
+    in the middle of its third sample and one byte of train-000003.tar flipped."""
+    _, shards = synthetic_shards
+    copy = tmp_path / "shards"
+    shutil.copytree(shards, copy)
+    truncated = copy / "train-000001.tar"
+    with tarfile.open(truncated) as archive:
+        third = [m for m in archive.getmembers() if m.name.endswith(".mp4")][2]
+    truncated.write_bytes(truncated.read_bytes()[: third.offset_data + third.size // 2])
+    flipped = copy / "train-000003.tar"
+    data = bytearray(flipped.read_bytes())
+    data[-1] ^= 0xFF  # after the end-of-archive block: the tar still reads
+    flipped.write_bytes(bytes(data))
+    return copy
+
+
+@pytest.mark.usefixtures("single_process")
+def test_loaders_read_what_is_left_of_a_truncated_tar_and_log_the_rest(
+    damaged_shards: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = loader_config(damaged_shards).model_copy(update={"num_frames": 4})
+    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"):
+        keys = [key for _, _, batch in build_eval_loader(cfg, "train", batch_size=4) for key in batch]
+        epoch = list(build_train_loader(cfg, batch_size=4, seed=0))
+    assert len(keys) == 24 - 3  # the truncated shard keeps its first two samples
+    assert len(epoch) == 6  # a whole epoch: training goes on, resampling the readable data
+    assert all(clips.shape == (4, 3, 4, 28, 28) for clips, _ in epoch)
+    assert all(torch.isfinite(clips).all() for clips, _ in epoch)
+    messages = [r.getMessage() for r in caplog.records]
+    size = (damaged_shards / "train-000001.tar").stat().st_size
+    damaged = f"split train: damaged shard train-000001.tar: {size} bytes, the manifest says"
+    assert sum(m.startswith(damaged) for m in messages) == 1  # when the train loader is built
+    unreadable = [m for m in messages if "unreadable shard data" in m]
+    assert unreadable
+    assert all("ReadError" in m and "train-000001.tar" in m for m in unreadable)
+
+
+def test_a_train_loader_without_any_shard_file_fails_instead_of_waiting_forever(
+    damaged_shards: Path,
+) -> None:
+    for tar in damaged_shards.glob("train-*.tar"):
+        tar.unlink()
+    with pytest.raises(FileNotFoundError, match="none of the 5 'train' shards exists"):
+        build_train_loader(loader_config(damaged_shards), batch_size=4, seed=0)
+
+
+def test_vidtx_inspect_reports_damaged_shards_instead_of_crashing(
+    damaged_shards: Path, vidtx: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    result = vidtx("inspect", str(damaged_shards), "--split", "train", "--videos", "8", "--frames", "4")
+    assert result.returncode == 1
+    assert "split train: 24 samples in 5 shards" in result.stdout
+    size = (damaged_shards / "train-000001.tar").stat().st_size
+    assert f"  damaged: train-000001.tar: {size} bytes, the manifest says " in result.stdout
+    assert "  damaged: train-000003.tar: sha256 mismatch against the manifest" in result.stdout
+    assert "train-000000.tar" not in result.stdout
+    assert (damaged_shards / "train.contact.png").is_file()  # drawn from the readable samples
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: 2 damaged shard(s) in {damaged_shards}: run `vidtx shard` again to rewrite them"
+    )
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,61 @@
+"""Configuration: the pydantic schema (`base`, `data`, `training`, `schema`) and reading it from
+YAML files and overrides (`loading`). Imports nothing of vidtx outside this package."""
+
+from vidtx.config.base import ConfigError, StrictModel
+from vidtx.config.data import (
+    DataConfig,
+    DatasetFormat,
+    ReencodeConfig,
+    SamplingMode,
+    ShardConfig,
+    SynthConfig,
+)
+from vidtx.config.loading import (
+    apply_overrides,
+    deep_merge,
+    dump_config,
+    load_config,
+    parse_override,
+    validate_config,
+)
+from vidtx.config.schema import Ensemble, EvalConfig, PipelineConfig, RegistryConfig, TrackingConfig
+from vidtx.config.training import (
+    DEEPSPEED_OWNED_KEYS,
+    AttentionImpl,
+    ClusterConfig,
+    ModelConfig,
+    OptimizerConfig,
+    Precision,
+    ScheduleConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "DEEPSPEED_OWNED_KEYS",
+    "AttentionImpl",
+    "ClusterConfig",
+    "ConfigError",
+    "DataConfig",
+    "DatasetFormat",
+    "Ensemble",
+    "EvalConfig",
+    "ModelConfig",
+    "OptimizerConfig",
+    "PipelineConfig",
+    "Precision",
+    "ReencodeConfig",
+    "RegistryConfig",
+    "SamplingMode",
+    "ScheduleConfig",
+    "ShardConfig",
+    "StrictModel",
+    "SynthConfig",
+    "TrackingConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "deep_merge",
+    "dump_config",
+    "load_config",
+    "parse_override",
+    "validate_config",
+]

@@ -1,0 +1,126 @@
+"""Data sections: the synthetic dataset, sharding (the write side) and loading (the read side)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from vidtx.config.base import StrictModel
+
+DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv"]
+SamplingMode = Literal["segment", "dense"]
+
+
+class ReencodeConfig(StrictModel):
+    """`shard.reencode`: how the shard stage re-encodes each video (H.264 MP4) before packing it.
+
+    Small frames and short GOPs make sparse frame sampling cheap to decode at training time. Read by
+    `write_shard` for every video; the settings are part of each shard's fingerprint, so changing
+    them rewrites the shards.
+    """
+
+    short_side: int = Field(256, ge=16, description="Resize so the shorter side has this many pixels.")
+    fps: float | None = Field(None, gt=0, description="Resample to this frame rate (None keeps it).")
+    max_seconds: float | None = Field(None, gt=0, description="Cut clips to at most this long.")
+    keyframe_interval: int = Field(16, ge=1, description="GOP size: a keyframe every N frames.")
+    crf: int = Field(23, ge=0, le=51, description="libx264 constant rate factor.")
+
+
+class SynthConfig(StrictModel):
+    """`synth`: a generated dataset of real MP4 files whose class only the frame order tells.
+
+    Read by `vidtx synth` and, when set in the pipeline config, by the shard flow, which generates the
+    dataset (unless its annotations.csv exists) before sharding it.
+    """
+
+    output: Path = Field(Path("data/synthetic"), description="Folder for videos + annotations.csv.")
+    videos_per_class: dict[str, int] = Field(
+        default_factory=lambda: {"train": 48, "val": 12, "test": 12},
+        description="Videos per class in each split.",
+    )
+    classes: list[str] | None = Field(None, description="Subset of motion classes (None: all).")
+    num_frames: int = Field(16, ge=2, description="Frames per video.")
+    size: int = Field(64, ge=16, multiple_of=2, description="Frame height and width in pixels (even: H.264).")
+    fps: int = Field(12, ge=1)
+    seed: int = 0
+
+
+class ShardConfig(StrictModel):
+    """`shard`: turning a video dataset into WebDataset tars plus one manifest per split.
+
+    Read by the shard stage (`vidtx shard`, the shard flow): planning, per-shard writing and
+    finalizing. The whole section is recorded in each split's manifest (`Manifest.config`).
+    """
+
+    source: Path = Field(
+        Path("data/synthetic/annotations.csv"), description="Dataset root or annotation file."
+    )
+    format: DatasetFormat = Field("csv", description="Layout of the source dataset.")
+    video_root: Path | None = Field(
+        None, description="Where annotation formats find the videos (None: the annotation file's folder)."
+    )
+    output: Path = Field(Path("data/shards"), description="Folder for <split>-NNNNNN.tar and manifests.")
+    splits: list[str] | None = Field(None, description="Splits to shard (None: every split in the source).")
+    max_samples_per_shard: int = Field(1000, ge=1, le=1_000_000)
+    max_bytes_per_shard: int = Field(
+        1_000_000_000, ge=1_000_000, description="Cap on the source video bytes packed into one shard."
+    )
+    processes: int = Field(2, ge=1, description="Parallel probe/encode processes.")
+    seed: int = Field(0, description="Seeds the (deterministic) sample order.")
+    min_frames: int = Field(4, ge=1, description="Shorter videos are rejected.")
+    max_reject_fraction: float = Field(
+        0.2, ge=0.0, le=1.0, description="Fail the job when more than this fraction of videos is bad."
+    )
+    reencode: ReencodeConfig | None = Field(
+        None, description="Re-encode videos (None: copy bytes as they are)."
+    )
+    classes: list[str] | None = Field(
+        None, description="The label set (None: every label in the annotations); other labels are rejects."
+    )
+    probe_timeout_s: float = Field(
+        600.0, gt=0, description="Per video: a probe (and re-encode) that takes longer is rejected."
+    )
+
+
+class DataConfig(StrictModel):
+    """`data`: reading shards into clip batches of shape (B, C, T, H, W).
+
+    Read by training (the loaders; T and crop size also size the model), evaluation and prediction
+    (view sampling, normalisation) and registration (model signature and card). The pipeline flow
+    points `shards` at `shard.output`.
+    """
+
+    shards: Path = Field(Path("data/shards"), description="Folder written by `vidtx shard`.")
+    train_split: str = "train"
+    val_split: str = "val"
+    num_frames: int = Field(8, ge=1, description="Frames per clip (T).")
+    sampling: SamplingMode = Field("segment", description="segment: SSv2/TSN style; dense: Kinetics style.")
+    frame_stride: int = Field(4, ge=1, description="Dense sampling: frames between sampled frames.")
+    short_side: int = Field(256, ge=8, description="Decode-time resize of the shorter side.")
+    crop_size: int = Field(224, ge=8, description="Spatial input size (H = W).")
+    scale_range: tuple[float, float] = Field((0.4, 1.0), description="Random resized crop area fraction.")
+    horizontal_flip: bool = Field(False, description="Off by default: it swaps left/right classes.")
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    num_workers: int = Field(1, ge=0, description="DataLoader worker processes per training worker.")
+    decode_threads: int = Field(1, ge=0, description="decord threads per reader (0: auto).")
+    shuffle_buffer: int = Field(64, ge=0)
+    repeated_sampling: int = Field(1, ge=1, description="Clips drawn from one decoded video.")
+
+    @field_validator("crop_size")
+    @classmethod
+    def _crop_fits(cls, crop_size: int, info: ValidationInfo) -> int:
+        short_side = info.data.get("short_side")
+        if short_side is not None and crop_size > short_side:
+            raise ValueError(f"crop_size ({crop_size}) exceeds short_side ({short_side})")
+        return crop_size
+
+    @field_validator("scale_range")
+    @classmethod
+    def _scale_is_fraction(cls, scale_range: tuple[float, float]) -> tuple[float, float]:
+        low, high = scale_range
+        if not 0.0 < low <= high <= 1.0:
+            raise ValueError(f"must satisfy 0 < low <= high <= 1, got {scale_range}")
+        return scale_range

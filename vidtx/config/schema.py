@@ -1,0 +1,95 @@
+"""The pipeline config: every section of the one typed schema, from data to the model registry.
+
+Every entry point (the `vidtx` CLI, the Prefect flows' parameters, the Ray workers' payload) takes
+these pydantic models. Unknown keys are rejected and assignments are validated. The schema imports
+nothing of vidtx but itself: what a section names elsewhere (a model preset, a shard folder) is
+checked where it is used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from vidtx.config.base import StrictModel
+from vidtx.config.data import DataConfig, ShardConfig, SynthConfig
+from vidtx.config.training import ModelConfig, TrainConfig
+
+Ensemble = Literal["logits_sum", "prob_mean"]
+
+
+class EvalConfig(StrictModel):
+    """`eval`: multi-view evaluation of a trained model on one split.
+
+    Read by the evaluate stage (which checkpoint, split, views, ensemble, batching, Ray workers);
+    prediction reuses `num_clips` and `num_crops`.
+    """
+
+    checkpoint: str | None = Field(
+        None, description="Checkpoint dir or models:/ URI (None: the training result)."
+    )
+    split: str = "test"
+    num_clips: int = Field(1, ge=1, description="Temporal views per video.")
+    num_crops: int = Field(3, ge=1, le=3, description="Spatial views per clip (1: centre; 3: 3-crop).")
+    ensemble: Ensemble = Field("logits_sum", description="Primary way to combine views (both are reported).")
+    batch_size: int = Field(8, ge=1)
+    num_workers: int = Field(1, ge=1, description="Ray workers for evaluation (1: in one process).")
+
+
+class RegistryConfig(StrictModel):
+    """`registry`: the MLflow registered model and its aliases.
+
+    Read by the register stage: every new version gets `challenger_alias`; `champion_alias` moves to
+    it when it beats the champion on `metric` measured on the same split and views.
+    """
+
+    model_name: str = "vidtx-xvit"
+    metric: str = Field("top1", description="Evaluation metric that decides champion promotion.")
+    greater_is_better: bool = True
+    champion_alias: str = "champion"
+    challenger_alias: str = "challenger"
+
+
+class TrackingConfig(StrictModel):
+    """`tracking`: the MLflow server and experiment that every stage logs to or reads from.
+
+    Read by training (run creation and resume), evaluation (finding the training run), registration
+    and the flows' links to the MLflow UI.
+    """
+
+    tracking_uri: str | None = Field(
+        None, description="MLflow URI. MLFLOW_TRACKING_URI wins; None: sqlite:///<workdir>/mlflow.db."
+    )
+    experiment: str = "vidtx"
+    ui_url: str | None = Field(
+        None,
+        description="MLflow UI base URL for links (None: the tracking URI when it is http(s), "
+        "else the local UI that `make ui` serves).",
+    )
+
+
+class PipelineConfig(StrictModel):
+    """The whole pipeline: synthesise (optional) -> shard -> train -> evaluate -> register.
+
+    The root config every entry point takes (CLI, Prefect flows, Ray workers); each stage reads its
+    own sections. `name` labels the run (the default training run name derives from it).
+    """
+
+    name: str = "demo"
+    workdir: Path = Field(Path("runs"), description="Where local state (MLflow DB, Ray results) lives.")
+    synth: SynthConfig | None = Field(None, description="Generate a synthetic dataset first (None: skip).")
+    shard: ShardConfig = Field(default_factory=ShardConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    def for_run(self, run_name: str) -> PipelineConfig:
+        """A copy that names its training run: the stages after training find the run by this name."""
+        config = self.model_copy(deep=True)
+        config.train.run_name = run_name
+        return config

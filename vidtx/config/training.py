@@ -1,0 +1,157 @@
+"""Training sections: the model to build, the optimizer and schedule, Ray and DeepSpeed."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from vidtx.config.base import StrictModel
+
+AttentionImpl = Literal["auto", "sdpa", "math"]
+Precision = Literal["bf16", "fp16", "fp32"]
+
+
+class ModelConfig(StrictModel):
+    """`model`: which network to build. Frames, crop size and classes come from the data, not here.
+
+    Read by `vidtx.model_factory` when training builds the model, when evaluation loads a Ray
+    checkpoint into it, and by `vidtx plan`; `.pt` files and registered models carry their own.
+    """
+
+    name: str = Field("xvit_tiny", description="Preset from the model registry (`vidtx models`).")
+    attention_impl: AttentionImpl = Field(
+        "auto", description="auto/sdpa: torch scaled_dot_product_attention (fused); math: explicit softmax."
+    )
+    drop_path_rate: float = Field(0.0, ge=0.0, lt=1.0, description="Stochastic depth, linearly over depth.")
+    head_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout before the classifier.")
+    pretrained: str | None = Field(
+        None, description="Image-ViT state dict (timm key names) to initialise the spatial backbone."
+    )
+    options: dict[str, int | float | str | bool] = Field(
+        default_factory=dict,
+        description="Extra keyword arguments for the preset, e.g. shift_div, mix_layout, temporal_head.",
+    )
+
+
+class OptimizerConfig(StrictModel):
+    """`train.optimizer`: the optimizer every training worker builds (`vidtx.train.optim`).
+
+    SGD uses `momentum` and `nesterov`, AdamW `betas`; both use `lr` and `weight_decay`.
+    """
+
+    name: Literal["sgd", "adamw"] = "sgd"
+    lr: float = Field(0.05, gt=0, description="Peak learning rate (after warm-up).")
+    momentum: float = Field(0.9, ge=0, lt=1)
+    nesterov: bool = True
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = Field(1e-4, ge=0, description="Not applied to norms, biases and embeddings.")
+
+
+class ScheduleConfig(StrictModel):
+    """`train.schedule`: the per-optimizer-step LR multiplier of the training workers.
+
+    Linear warm-up over `warmup_steps`, then cosine decay to `min_lr_ratio * lr` at `train.max_steps`.
+    """
+
+    warmup_steps: int = Field(0, ge=0, description="Linear warm-up from warmup_start_factor * lr.")
+    warmup_start_factor: float = Field(0.1, gt=0, le=1)
+    min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Cosine decays to this fraction of lr.")
+
+
+class ClusterConfig(StrictModel):
+    """`train.cluster`: where the training driver runs Ray (local, connected, or a submitted job).
+
+    Read by the train launcher only; inside a submitted job the address is cleared.
+    """
+
+    address: str | None = Field(
+        None,
+        description="Ray cluster: http(s)://head:8265 submits a Ray Job; host:port or 'auto' connects. "
+        "RAY_ADDRESS wins; None starts a local Ray.",
+    )
+    runtime_env: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra Ray runtime_env for a submitted job (env_vars, pip, py_modules); "
+        "working_dir is vidtx's (it carries the resolved config).",
+    )
+    follow_logs: bool = Field(True, description="Stream a submitted job's logs until it ends.")
+
+
+# DeepSpeed keys that typed TrainConfig fields own: setting them in `train.deepspeed` is an error.
+DEEPSPEED_OWNED_KEYS = {
+    "train_batch_size": "global_batch_size",
+    "train_micro_batch_size_per_gpu": "micro_batch_size",
+    "gradient_accumulation_steps": "global_batch_size",
+    "gradient_clipping": "gradient_clipping",
+    "bf16": "precision",
+    "fp16": "precision",
+    "optimizer": "optimizer",
+    "scheduler": "schedule",
+}
+
+
+class TrainConfig(StrictModel):
+    """`train`: Ray Train + DeepSpeed training.
+
+    Read by the train stage: the launcher (run name, storage, workers, resources) and every worker's
+    loop (steps, batches, loss, logging, checkpoints, validation); the DeepSpeed config is generated
+    from it. Later stages find the training run by `run_name`.
+    """
+
+    run_name: str | None = Field(None, description="Names the Ray run; the same name resumes it.")
+    storage_path: str = Field("runs/ray", description="Local folder or object-store URI for checkpoints.")
+    num_workers: int = Field(2, ge=1, description="Ray Train workers (one per GPU on a GPU cluster).")
+    use_gpu: bool = False
+    cpus_per_worker: float = Field(1.0, gt=0)
+    max_failures: int = Field(1, ge=0, description="Worker-group restarts from the latest checkpoint.")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    max_steps: int = Field(100, ge=1, description="Optimizer steps in the whole run.")
+    micro_batch_size: int = Field(4, ge=1, description="Clips per worker per forward pass.")
+    global_batch_size: int | None = Field(
+        None, ge=1, description="Clips per optimizer step over all workers (None: no accumulation)."
+    )
+    precision: Precision = "bf16"
+    zero_stage: Literal[0, 1, 2, 3] = 1
+    gradient_clipping: float = Field(1.0, ge=0, description="Max global grad norm (0: off).")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    mixup_alpha: float = Field(0.0, ge=0, description="Mixup Beta(alpha, alpha); 0 turns it off.")
+    deepspeed: dict[str, Any] = Field(
+        default_factory=dict, description="Deep-merged over the generated DeepSpeed config."
+    )
+    log_every: int = Field(10, ge=1)
+    checkpoint_every: int = Field(50, ge=1, description="Steps between checkpoints (and one at the end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Latest checkpoints kept besides the best.")
+    val_every: int = Field(50, ge=1, description="Steps between validation passes.")
+    val_max_batches: int | None = Field(None, ge=1, description="Cap on validation batches per worker.")
+    peak_tflops: float | None = Field(None, gt=0, description="Per-device peak for MFU (None: not shown).")
+    seed: int = 0
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        if self.global_batch_size is None:
+            return 1
+        return self.global_batch_size // (self.micro_batch_size * self.num_workers)
+
+    @field_validator("deepspeed")
+    @classmethod
+    def _no_owned_keys(cls, deepspeed: dict[str, Any]) -> dict[str, Any]:
+        owned = {key: DEEPSPEED_OWNED_KEYS[key] for key in deepspeed if key in DEEPSPEED_OWNED_KEYS}
+        if "stage" in deepspeed.get("zero_optimization", {}):
+            owned["zero_optimization.stage"] = "zero_stage"
+        if owned:
+            fixes = ", ".join(f"{key} -> train.{field}" for key, field in owned.items())
+            raise ValueError(f"set these through the typed fields instead: {fixes}")
+        return deepspeed
+
+    @field_validator("global_batch_size")
+    @classmethod
+    def _divisible_batch(cls, global_batch_size: int | None, info: ValidationInfo) -> int | None:
+        micro, workers = info.data.get("micro_batch_size"), info.data.get("num_workers")
+        if global_batch_size is not None and micro and workers and global_batch_size % (micro * workers):
+            raise ValueError(
+                f"{global_batch_size} is not a multiple of micro_batch_size x num_workers ({micro} x {workers})"
+            )
+        return global_batch_size

@@ -1,0 +1,58 @@
+"""The model a pipeline config asks for, and the check that a config can build one.
+
+The config schema and the model zoo know nothing of each other; this module joins them. The number
+of classes comes from the training split's manifest, frames and crop size from `config.data`, the rest
+from `config.model`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from vidtx.config import ConfigError, ModelConfig, PipelineConfig
+from vidtx.manifest import load_manifest
+from vidtx.models import VideoTransformer, create_model, list_models, load_image_vit
+
+
+def build_model(cfg: ModelConfig, *, num_classes: int, num_frames: int, img_size: int) -> VideoTransformer:
+    """The network of `cfg`; loads `cfg.pretrained` (image ViT, timm names) when set."""
+    model = create_model(
+        cfg.name,
+        num_classes=num_classes,
+        num_frames=num_frames,
+        img_size=img_size,
+        attention_impl=cfg.attention_impl,
+        drop_path_rate=cfg.drop_path_rate,
+        head_dropout=cfg.head_dropout,
+        **cfg.options,
+    )
+    if cfg.pretrained:
+        load_image_vit(model, cfg.pretrained)
+    return model
+
+
+def model_for(config: PipelineConfig) -> VideoTransformer:
+    """The model `config` trains, with as many classes as its training split's manifest names."""
+    data = config.data
+    num_classes = load_manifest(data.shards, data.train_split).num_classes
+    return build_model(
+        config.model, num_classes=num_classes, num_frames=data.num_frames, img_size=data.crop_size
+    )
+
+
+def check_model_config(config: PipelineConfig) -> None:
+    """Raise ConfigError naming the field when `config.model` names no preset or an option the preset
+    does not take. Builds the model on the meta device: no memory, no weights read."""
+    model = config.model
+    if model.name not in (valid := list_models()):
+        raise ConfigError(f"model.name: unknown model preset {model.name!r}; valid: {', '.join(valid)}")
+    try:
+        with torch.device("meta"):
+            build_model(
+                model.model_copy(update={"pretrained": None}),
+                num_classes=2,
+                num_frames=config.data.num_frames,
+                img_size=config.data.crop_size,
+            )
+    except TypeError as err:
+        raise ConfigError(f"model.options: {err}") from None

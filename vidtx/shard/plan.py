@@ -1,0 +1,106 @@
+"""Planning a sharding job: which video goes into which tar, under which key.
+
+Pure and deterministic: per split, records sorted by key, shuffled with a seeded RNG (so each shard
+mixes classes), cut into shards of at most `max_samples_per_shard` samples and about
+`max_bytes_per_shard` bytes of source video. Sample keys are `<shard:06d><position:06d>`; a rejected
+video leaves a gap, so keys never depend on which other videos were bad.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from vidtx.config import ShardConfig
+from vidtx.shard.sources import VideoRecord, read_source
+
+TAR_OVERHEAD_BYTES = 2048  # per sample: two member headers, the json member, block padding
+
+
+class ShardItem(BaseModel):
+    """One planned video of a shard: where to read it and the key it gets in the tar."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str  # sample key inside the tar
+    source_key: str  # the video's key in the source dataset (recorded in the sample's json)
+    path: str  # where to read the video
+    source: str  # path as recorded in the sample's json (relative to the dataset root when possible)
+    label: int  # label id (index into ShardSpec.class_names)
+    problem: str | None = None  # an annotation problem: the item is a reject without being read
+
+
+class ShardSpec(BaseModel):
+    """One planned tar: which videos, in which order, under which keys.
+
+    Made by `plan_shards`, handed to `write_shard` (one Prefect task or pool job per spec).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    split: str
+    index: int  # shard number within the split: the NNNNNN of the tar name
+    items: tuple[ShardItem, ...]  # in tar order
+    class_names: tuple[str, ...]  # the source's label map: index = label id
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}-{self.index:06d}.tar"
+
+    def fingerprint(self, cfg: ShardConfig) -> str:
+        """Changes whenever the bytes of the shard could: its plan or the per-video processing."""
+        recipe = {"spec": self.model_dump(mode="json", exclude_none=True), "min_frames": cfg.min_frames}
+        recipe["reencode"] = cfg.reencode.model_dump(mode="json") if cfg.reencode else None
+        return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+
+
+def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
+    """Deterministic assignment of the source's videos to shards, for every requested split."""
+    source = read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=cfg.classes)
+    splits = cfg.splits or source.splits
+    unknown = set(splits) - set(source.splits)
+    if unknown:
+        raise ValueError(f"{cfg.source}: no videos in split(s) {sorted(unknown)}; found {source.splits}")
+    specs = []
+    for split in splits:
+        records = sorted(source.split_records(split), key=lambda record: record.key)
+        random.Random(f"{cfg.seed}/{split}").shuffle(records)
+        for index, group in enumerate(_pack(records, cfg.max_samples_per_shard, cfg.max_bytes_per_shard)):
+            items = tuple(
+                ShardItem(
+                    key=f"{index:06d}{position:06d}",
+                    source_key=record.key,
+                    path=str(record.path),
+                    source=_relative(record.path, source.root),
+                    label=record.label,
+                    problem=record.problem,
+                )
+                for position, record in enumerate(group)
+            )
+            specs.append(
+                ShardSpec(split=split, index=index, items=items, class_names=tuple(source.class_names))
+            )
+    return specs
+
+
+def _pack(records: list[VideoRecord], max_samples: int, max_bytes: int) -> list[list[VideoRecord]]:
+    """Consecutive groups of at most `max_samples` records and about `max_bytes` tar bytes."""
+    groups: list[list[VideoRecord]] = [[]]
+    group_bytes = 0
+    for record in records:
+        readable = record.problem is None and record.path.is_file()
+        size = (record.path.stat().st_size if readable else 0) + TAR_OVERHEAD_BYTES
+        if groups[-1] and (len(groups[-1]) >= max_samples or group_bytes + size > max_bytes):
+            groups.append([])
+            group_bytes = 0
+        groups[-1].append(record)
+        group_bytes += size
+    return groups
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
