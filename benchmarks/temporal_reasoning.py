@@ -28,7 +28,7 @@ from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import torch_threads
 from vidtx.config import OptimizerConfig, ScheduleConfig, SynthConfig
 from vidtx.data.sampling import FrameSampler
-from vidtx.data.transforms import normalize, to_tensor
+from vidtx.data.transforms import normalize_clips
 from vidtx.log import setup_logging
 from vidtx.media.decode import open_video
 from vidtx.models import create_model
@@ -85,29 +85,29 @@ def variants(quick: bool) -> list[Variant]:
 
 
 def decode_split(root: Path, split: str, num_frames: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every video of a split at `num_frames` uniform frames: uint8 (N, T, 3, H, W), labels (N,)."""
+    """Every video of a split at `num_frames` uniform frames: uint8 (N, T, H, W, 3), labels (N,)."""
     with open(root / "annotations.csv", newline="") as file:
         rows = [row for row in csv.DictReader(file) if row["split"] == split]
     sampler = FrameSampler("segment", num_frames)
     clips = []
     for row in rows:
         video = open_video((root / row["path"]).read_bytes())
-        clips.append(to_tensor(video.frames(sampler.test(video.num_frames)[0])))
+        clips.append(torch.from_numpy(video.frames(sampler.test(video.num_frames)[0])))
     labels = torch.tensor([CLASSES.index(row["label"]) for row in rows])
     return torch.stack(clips), labels
 
 
 def random_crops(clips: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
-    """One random size x size crop per clip (same box for all its frames): (B, T, 3, size, size)."""
-    offsets = torch.randint(0, clips.shape[-1] - size + 1, (len(clips), 2), generator=generator)
+    """One random size x size crop per clip (same box for all its frames): (B, T, size, size, 3)."""
+    offsets = torch.randint(0, clips.shape[-2] - size + 1, (len(clips), 2), generator=generator)
     return torch.stack(
-        [c[..., y : y + size, x : x + size] for c, (y, x) in zip(clips, offsets.tolist(), strict=True)]
+        [c[:, y : y + size, x : x + size] for c, (y, x) in zip(clips, offsets.tolist(), strict=True)]
     )
 
 
 def model_input(clips: torch.Tensor) -> torch.Tensor:
-    """uint8 (B, T, 3, H, W) -> normalised float (B, 3, T, H, W)."""
-    return torch.stack([normalize(clip, MEAN, STD) for clip in clips]).transpose(1, 2)
+    """uint8 (B, T, H, W, 3) -> normalised float (B, 3, T, H, W)."""
+    return normalize_clips(clips, MEAN, STD)
 
 
 def partner_index() -> torch.Tensor:
@@ -120,12 +120,12 @@ def evaluate(
     model: torch.nn.Module, clips: torch.Tensor, labels: torch.Tensor, crop: int
 ) -> tuple[float, float]:
     """(top-1, direction accuracy): the share of clips scored above their reversed partner class."""
-    offset = (clips.shape[-1] - crop) // 2
+    offset = (clips.shape[-2] - crop) // 2
     model.eval()
     with torch.no_grad():
         logits = torch.cat(
             [
-                model(model_input(batch[..., offset : offset + crop, offset : offset + crop]))
+                model(model_input(batch[:, :, offset : offset + crop, offset : offset + crop]))
                 for batch in clips.split(64)
             ]
         )  # (N, classes)

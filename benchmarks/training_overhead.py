@@ -26,6 +26,7 @@ from benchmarks.results import REPO_ROOT, BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, torch_threads
 from vidtx.config import PipelineConfig, SynthConfig, load_config
 from vidtx.data.loader import build_train_loader
+from vidtx.data.transforms import normalize_clips
 from vidtx.model_factory import model_for
 from vidtx.shard.synthetic import generate_dataset
 from vidtx.shard.writer import shard_dataset
@@ -98,6 +99,7 @@ def bare_loop(config: PipelineConfig) -> tuple[list[float], float]:
     with torch_threads(1):  # what Ray gives a worker with one CPU (OMP_NUM_THREADS=1)
         for step in range(1, train_cfg.max_steps + 1):
             clips, labels = next(batches)
+            clips = normalize_clips(clips, data.mean, data.std)
             loss = classification_loss(model(clips), labels, train_cfg.label_smoothing)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.gradient_clipping)

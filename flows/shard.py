@@ -13,8 +13,8 @@ from pydantic import BaseModel
 
 from vidtx.config import ShardConfig, SynthConfig
 from vidtx.manifest import Manifest, manifest_path
-from vidtx.shard.synthetic import generate_dataset
 from vidtx.shard.plan import ShardSpec, plan_shards
+from vidtx.shard.synthetic import generate_dataset
 from vidtx.shard.writer import ShardResult, finalize_split, write_shard
 
 

@@ -150,19 +150,20 @@ def test_a_prober_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
     (tmp_path / "good.mp4").write_bytes(good())
     os.mkfifo(tmp_path / "stuck.mp4")
     outcome: list[Exception] = []
+    copy = ShardConfig()  # the video store, bytes copied
 
     def prepare_stuck(preparer: VideoPreparer) -> None:
         try:
-            preparer.prepare(tmp_path / "stuck.mp4", None)
+            preparer.prepare(tmp_path / "stuck.mp4", copy)
         except RejectedVideoError as err:
             outcome.append(err)
 
     with VideoPreparer(timeout_s=60) as preparer:
-        assert preparer.prepare(tmp_path / "good.mp4", None).info.num_frames == 12
+        assert preparer.prepare(tmp_path / "good.mp4", copy).info.num_frames == 12
         (child,) = [p for p in multiprocessing.active_children() if p.name == "vidtx-prepare"]
         thread = threading.Thread(target=prepare_stuck, args=(preparer,))
         thread.start()
         child.kill()
         thread.join(timeout=30)
         assert [str(err) for err in outcome] == ["decoder crashed (killed by SIGKILL)"]
-        assert preparer.prepare(tmp_path / "good.mp4", None).data == good()
+        assert preparer.prepare(tmp_path / "good.mp4", copy).members == {"mp4": good()}

@@ -12,7 +12,7 @@ from vidtx.data.sampling import FrameSampler
 from vidtx.data.transforms import (
     EvalTransform,
     TrainTransform,
-    normalize,
+    normalize_clips,
     random_resized_crop_box,
     three_crop_boxes,
 )
@@ -24,6 +24,7 @@ from vidtx.media.decode import (
     probe_video,
     scaled_size,
 )
+from vidtx.media.resize import resize_frames
 
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 
@@ -143,14 +144,24 @@ def asymmetric_frames(num_frames: int = 4, height: int = 40, width: int = 60) ->
 
 
 def test_train_transform_applies_one_crop_to_every_frame() -> None:
-    transform = TrainTransform(32, (0.3, 1.0), horizontal_flip=True, mean=MEAN, std=STD)
+    transform = TrainTransform(32, (0.3, 1.0), horizontal_flip=True)
     rng = np.random.default_rng(0)
     for _ in range(20):
         clip = transform(asymmetric_frames(), rng)
-        assert clip.shape == (3, 4, 32, 32)  # (C, T, H, W)
-        assert clip.dtype == torch.float32
+        assert clip.shape == (4, 32, 32, 3)  # (T, H, W, C), the decoders' layout
+        assert clip.dtype == torch.uint8
         for t in range(1, 4):
-            torch.testing.assert_close(clip[:, t], clip[:, 0])
+            torch.testing.assert_close(clip[t], clip[0])
+
+
+def test_the_uint8_resize_matches_a_float_resize_within_rounding() -> None:
+    frames = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (2, 40, 60, 3), dtype=np.uint8))
+    resized = resize_frames(frames, 32, 48)  # (T, 32, 48, C)
+    planes = frames.permute(0, 3, 1, 2).float()
+    reference = torch.nn.functional.interpolate(planes, size=(32, 48), mode="bilinear", antialias=True)
+    assert resized.shape == (2, 32, 48, 3)
+    assert (resized.permute(0, 3, 1, 2).float() - reference).abs().max() <= 1.0
+    assert resize_frames(frames, 40, 60) is frames  # the right size already: untouched
 
 
 def test_random_resized_crop_box_respects_the_scale_range() -> None:
@@ -167,30 +178,37 @@ def test_random_resized_crop_box_respects_the_scale_range() -> None:
 def test_horizontal_flip_happens_only_when_enabled() -> None:
     frames = asymmetric_frames()
     rng = np.random.default_rng(0)
-    never = TrainTransform(32, (1.0, 1.0), horizontal_flip=False, mean=MEAN, std=STD)
-    assert all(never(frames, rng)[0, 0, 0, -1] > never(frames, rng)[0, 0, 0, 0] for _ in range(30))
-    sometimes = TrainTransform(32, (1.0, 1.0), horizontal_flip=True, mean=MEAN, std=STD)
+    never = TrainTransform(32, (1.0, 1.0), horizontal_flip=False)
+    assert all(never(frames, rng)[0, 0, -1, 0] > never(frames, rng)[0, 0, 0, 0] for _ in range(30))
+    sometimes = TrainTransform(32, (1.0, 1.0), horizontal_flip=True)
     increasing = [
-        bool(clip[0, 0, 0, -1] > clip[0, 0, 0, 0]) for clip in (sometimes(frames, rng) for _ in range(60))
+        bool(clip[0, 0, -1, 0] > clip[0, 0, 0, 0]) for clip in (sometimes(frames, rng) for _ in range(60))
     ]
     assert 10 < sum(increasing) < 50
 
 
-def test_normalize() -> None:
-    clip = torch.tensor([0, 128, 255], dtype=torch.uint8).view(1, 3, 1, 1).expand(2, 3, 2, 2)
-    out = normalize(clip, MEAN, STD)
+def test_normalize_clips_is_the_one_normalisation_to_the_model_layout() -> None:
+    pixels = torch.tensor([0, 128, 255], dtype=torch.uint8)
+    clips = pixels.view(1, 1, 1, 1, 3).expand(2, 4, 5, 6, 3)  # uint8 (B, T, H, W, C)
+    out = normalize_clips(clips, MEAN, STD)
+    assert out.shape == (2, 3, 4, 5, 6)  # (B, C, T, H, W)
     assert out.dtype == torch.float32
-    torch.testing.assert_close(out[0, :, 0, 0], torch.tensor([-2.0, (128 / 255 - 0.5) / 0.25, 2.0]))
+    assert out.is_contiguous()
+    torch.testing.assert_close(out[0, :, 0, 0, 0], torch.tensor([-2.0, (128 / 255 - 0.5) / 0.25, 2.0]))
+    assert normalize_clips(clips, MEAN, STD, torch.bfloat16).dtype == torch.bfloat16
+    views = clips[None]  # (1, B, T, H, W, C): leading dimensions pass through
+    assert normalize_clips(views, MEAN, STD).shape == (1, 2, 3, 4, 5, 6)
 
 
 def test_test_time_crops() -> None:
     assert three_crop_boxes(32, 60, 32) == [(0, 0, 32, 32), (0, 14, 32, 32), (0, 28, 32, 32)]
     assert three_crop_boxes(50, 32, 32) == [(0, 0, 32, 32), (9, 0, 32, 32), (18, 0, 32, 32)]
     frames = asymmetric_frames(height=32, width=60)
-    views = EvalTransform(32, 3, MEAN, STD)(frames)
-    assert views.shape == (3, 3, 4, 32, 32)  # (crops, C, T, H, W)
-    assert views[0].mean() < views[1].mean() < views[2].mean()  # left, centre, right of the ramp
-    centre = EvalTransform(32, 1, MEAN, STD)(frames)
+    views = EvalTransform(32, 3)(frames)
+    assert views.shape == (3, 4, 32, 32, 3)  # (crops, T, H, W, C)
+    assert views.dtype == torch.uint8
+    assert views[0].float().mean() < views[1].float().mean() < views[2].float().mean()  # left, centre, right
+    centre = EvalTransform(32, 1)(frames)
     torch.testing.assert_close(centre[0], views[1])
     with pytest.raises(ValueError, match="1 or 3"):
-        EvalTransform(32, 2, MEAN, STD)
+        EvalTransform(32, 2)

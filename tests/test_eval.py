@@ -11,12 +11,16 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from vidtx.config import DataConfig
+from vidtx.data.loader import build_eval_loader
 from vidtx.data.sampling import FrameSampler
-from vidtx.data.transforms import EvalTransform
-from vidtx.eval.evaluate import evaluate
+from vidtx.data.transforms import EvalTransform, normalize_clips
+from vidtx.eval.evaluate import evaluate, predict_split
 from vidtx.eval.metrics import classification_metrics, combine_views
+from vidtx.eval.predict import predict_videos
 from vidtx.manifest import load_manifest
 from vidtx.media.decode import open_video, scaled_size
+from vidtx.models import create_model
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.evaluation import log_evaluation
 
@@ -52,7 +56,7 @@ def reference_view_logits(model: torch.nn.Module, shards: Path, split: str, conf
     """Per-video loop: read every tar member with `tarfile`, decode, sample, crop, run each view alone."""
     data = config.data
     sampler = FrameSampler(data.sampling, data.num_frames, data.frame_stride)
-    transform = EvalTransform(data.crop_size, config.eval.num_crops, data.mean, data.std)
+    transform = EvalTransform(data.crop_size, config.eval.num_crops)
     videos: dict[str, tuple] = {}
     for url in load_manifest(shards, split).shard_urls():
         with tarfile.open(url) as tar:
@@ -67,7 +71,7 @@ def reference_view_logits(model: torch.nn.Module, shards: Path, split: str, conf
             for indices in sampler.test(video.num_frames, config.eval.num_clips):
                 for view in transform(video.frames(indices)):
                     with torch.no_grad():
-                        view_logits.append(model(view[None])[0])
+                        view_logits.append(model(normalize_clips(view[None], data.mean, data.std))[0])
             videos[meta["key"]] = (torch.stack(view_logits), meta["label"])
     return videos
 
@@ -124,3 +128,43 @@ def test_evaluation_matches_a_per_video_loop(trained_run: tuple, tmp_path: Path)
     assert set(artifacts.values()) <= logged
     png = Path(client.download_artifacts(result.mlflow_run_id, artifacts["confusion_matrix"], str(tmp_path)))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def cpu_normalised(views: torch.Tensor, mean: tuple, std: tuple) -> torch.Tensor:
+    """The float path of before: (x / 255 - mean) / std on the CPU, uint8 (..., T, H, W, C) in,
+    (..., C, T, H, W) out."""
+    x = views.float().movedim(-1, -4) / 255.0  # (..., C, T, H, W)
+    shape = (3, 1, 1, 1)
+    return (x - torch.tensor(mean).view(shape)) / torch.tensor(std).view(shape)
+
+
+def test_evaluation_and_predict_give_the_logits_of_the_cpu_normalisation(
+    synthetic_shards: tuple[Path, Path],
+) -> None:
+    videos, shards = synthetic_shards
+    torch.manual_seed(0)
+    model = create_model("xvit_tiny", num_classes=4, num_frames=4, img_size=32).eval()
+    data = DataConfig(
+        shards=shards, num_frames=4, short_side=32, crop_size=32, num_workers=0,
+        mean=(0.45, 0.4, 0.35), std=(0.2, 0.25, 0.3),
+    )  # fmt: skip
+    outputs = predict_split(model, data, "val", num_clips=2, num_crops=1, batch_size=4)
+    with torch.no_grad():
+        for views, _, keys in build_eval_loader(data, "val", batch_size=4, num_clips=2):
+            reference = model(cpu_normalised(views.flatten(0, 1), data.mean, data.std)).view(len(keys), 2, -1)
+            for key, logits in zip(keys, reference, strict=True):
+                torch.testing.assert_close(
+                    outputs.logits[outputs.keys.index(key)], logits, atol=1e-5, rtol=1e-5
+                )
+    video = sorted((videos / "val").rglob("*.mp4"))[0]
+    (prediction,) = predict_videos(
+        model, data, ["a", "b", "c", "d"], [video], num_clips=1, num_crops=1, top_k=4
+    )
+    frames = open_video(video.read_bytes()).frames(FrameSampler("segment", 4).test(8)[0].tolist())
+    with torch.no_grad():
+        probabilities = model(cpu_normalised(torch.from_numpy(frames)[None], data.mean, data.std)).softmax(
+            -1
+        )[0]
+    assert [p for _, p in prediction.top] == pytest.approx(
+        sorted(probabilities.tolist(), reverse=True), abs=1e-5
+    )

@@ -14,13 +14,16 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 MANIFEST_SUFFIX = ".manifest.json"
-# A sample of the video store holds the video under its container's extension (mp4 after a re-encode).
+# A sample of the video store holds the video under its container's extension (mp4 after a re-encode);
+# one of the frames store holds the JPEG frames back to back under FRAMES_MEMBER, their byte offsets
+# in its json ("offsets", one per frame plus the end).
 VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v")
+FRAMES_MEMBER = "frames"
 
 
 class ShardInfo(BaseModel):
@@ -69,6 +72,7 @@ class Manifest(BaseModel):
     class_names: list[str]  # index = label id
     counts_per_class: dict[str, int]  # written videos per class name (0 for a class with none)
     rejects: list[Reject]
+    store: Literal["video", "frames"] = "video"  # what the samples hold (see FRAMES_MEMBER)
     config: dict[str, Any]  # the ShardConfig that wrote the split, as JSON
     content_hash: str  # sha256 of class names and shard names, counts and digests: the data's identity
     _root: Path | None = PrivateAttr(None)  # folder the manifest was loaded from

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from vidtx.config.base import StrictModel
 
 DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv"]
 SamplingMode = Literal["segment", "dense"]
+Store = Literal["video", "frames"]
 
 
 class ReencodeConfig(StrictModel):
@@ -82,10 +83,28 @@ class ShardConfig(StrictModel):
     probe_timeout_s: float = Field(
         600.0, gt=0, description="Per video: a probe (and re-encode) that takes longer is rejected."
     )
+    store: Store = Field(
+        "video",
+        description="What a sample holds. video: the video bytes (copied, or re-encoded with `reencode`); "
+        "frames: JPEG frames at `fps` with short side `short_side` (decoded and converted once).",
+    )
+    fps: float | None = Field(
+        None, gt=0, description="Frames store: resample to this rate (None: the source's)."
+    )
+    short_side: int = Field(
+        256, ge=16, description="Frames store: short side of the frames (never upscaled)."
+    )
+    jpeg_quality: int = Field(90, ge=1, le=100, description="Frames store: JPEG quality (libjpeg scale).")
+
+    @model_validator(mode="after")
+    def _reencode_is_for_the_video_store(self) -> ShardConfig:
+        if self.store == "frames" and self.reencode is not None:
+            raise ValueError("reencode applies to store 'video'; the frames store takes fps and short_side")
+        return self
 
 
 class DataConfig(StrictModel):
-    """`data`: reading shards into clip batches of shape (B, C, T, H, W).
+    """`data`: reading shards into uint8 clip batches (B, T, H, W, C), normalised on the device.
 
     Read by training (the loaders; T and crop size also size the model), evaluation and prediction
     (view sampling, normalisation) and registration (model signature and card). The pipeline flow

@@ -3,7 +3,7 @@
 Training (one instance per Ray Train worker; RANK / WORLD_SIZE come from the environment):
 
     ResampledShards (seeded per rank, DataLoader worker and epoch) -> tar samples -> shuffle buffer
-    -> decode once, sample k clips, augment (in DataLoader workers) -> batches (B, C, T, H, W)
+    -> decode once, sample k clips, augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
 
 Resampling shards with replacement keeps every rank busy for exactly one epoch of
 `ceil(num_samples / world_size / batch_size)` batches however many shards there are, so ranks stay
@@ -13,6 +13,11 @@ loader built with `epoch=e` replays epoch e exactly (resume).
 Evaluation: the manifest's shards in order, split by rank (`webdataset.split_by_node`) and by
 DataLoader worker, not resampled, so all ranks together see every sample once (shard-level
 splitting: a rank with no shard gets no batch).
+
+Clips leave the loader as uint8 in the decoders' layout (T, H, W, C) (pinned when CUDA is there);
+`vidtx.data.transforms.normalize_clips` makes them the model's float (B, C, T, H, W) on the device.
+Both stores of `vidtx.manifest` are read: a video member decoded with decord (PyAV as the fallback)
+at the size the crop needs, or packed JPEG frames of which only the sampled ones are decoded.
 
 A sample that fails to decode is logged and skipped, and so is whatever part of a tar cannot be read
 (a truncated or missing shard): a damaged shard costs its unreadable samples, never the run.
@@ -37,13 +42,14 @@ import webdataset as wds
 from vidtx.config import DataConfig
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.transforms import EvalTransform, TrainTransform
-from vidtx.manifest import VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
+from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
 from vidtx.media.decode import Video, VideoDecodeError, open_video, scaled_size
+from vidtx.media.jpeg import JpegFrames
 
 log = logging.getLogger(__name__)
 
-TrainBatch = tuple[torch.Tensor, torch.Tensor]  # clips (B, C, T, H, W) float32, labels (B,) int64
-EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]  # views (B, V, C, T, H, W), labels, keys
+TrainBatch = tuple[torch.Tensor, torch.Tensor]  # clips uint8 (B, T, H, W, C), labels int64 (B,)
+EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]  # views uint8 (B, V, T, H, W, C), labels, keys
 SAMPLE_ERRORS = (VideoDecodeError, KeyError, ValueError)  # what a bad sample raises when opened
 
 
@@ -62,14 +68,23 @@ def sample_name(sample: dict[str, Any]) -> str:
         return name
 
 
-def open_sample(sample: dict[str, Any], short_side: int, num_threads: int) -> tuple[Video, dict[str, Any]]:
-    """The sample's video, decoded with its short side at `short_side`, and its json metadata."""
+def open_sample(
+    sample: dict[str, Any], short_side: int, num_threads: int, *, at_least: bool = False
+) -> tuple[Video, dict[str, Any]]:
+    """The sample's video with its short side at `short_side` (with `at_least`, JPEG frames may keep
+    the first DCT scale above it: a random crop is resized anyway), and its json metadata."""
     meta = json.loads(sample["json"])
+    stored = (meta["width"], meta["height"])
+    size = scaled_size(*stored, short_side)
+    if FRAMES_MEMBER in sample:
+        return JpegFrames(
+            sample[FRAMES_MEMBER], meta["offsets"], meta["fps"], size=size, at_least=at_least
+        ), meta
     data = next((sample[ext[1:]] for ext in VIDEO_EXTENSIONS if ext[1:] in sample), None)
     if data is None:
         raise VideoDecodeError(f"no video member among {sorted(k for k in sample if not k.startswith('_'))}")
-    size = scaled_size(meta["width"], meta["height"], short_side)
-    return open_video(data, size=size, num_threads=num_threads), meta
+    # decord scales while it decodes; at the stored size it needs no scaler at all
+    return open_video(data, size=None if size == stored else size, num_threads=num_threads), meta
 
 
 def _frames(video: Video, indices: np.ndarray) -> np.ndarray:
@@ -85,13 +100,13 @@ def _dataloader_worker() -> int:
 def _train_clips(
     samples: Iterable[dict[str, Any]], cfg: DataConfig, seed: int, epoch: int, rank: int
 ) -> Iterator[tuple[torch.Tensor, int]]:
-    """Decode each video once and yield `cfg.repeated_sampling` augmented clips (C, T, H, W) of it."""
+    """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips (T, H, W, C) of it."""
     rng = np.random.default_rng([seed, epoch, rank, _dataloader_worker()])
     sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
-    transform = TrainTransform(cfg.crop_size, cfg.scale_range, cfg.horizontal_flip, cfg.mean, cfg.std)
+    transform = TrainTransform(cfg.crop_size, cfg.scale_range, cfg.horizontal_flip)
     for sample in samples:
         try:
-            video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads)
+            video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads, at_least=True)
             indices = np.stack([sampler.train(video.num_frames, rng) for _ in range(cfg.repeated_sampling)])
             clips = [transform(frames, rng) for frames in _frames(video, indices)]
         except SAMPLE_ERRORS as err:
@@ -102,12 +117,12 @@ def _train_clips(
 
 
 def test_views(video: Video, cfg: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
-    """The multi-view test protocol for one video: (clips * crops, C, T, crop, crop), normalised.
+    """The multi-view test protocol for one video: uint8 views (clips * crops, T, crop, crop, C).
 
     `video` must be decoded with its short side at `cfg.crop_size`, so the crops cover the frame.
     """
     sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
-    transform = EvalTransform(cfg.crop_size, num_crops, cfg.mean, cfg.std)
+    transform = EvalTransform(cfg.crop_size, num_crops)
     clips = _frames(video, sampler.test(video.num_frames, num_clips))  # (clips, T, H, W, 3)
     return torch.cat([transform(frames) for frames in clips])
 
@@ -115,7 +130,7 @@ def test_views(video: Video, cfg: DataConfig, num_clips: int, num_crops: int) ->
 def _eval_views(
     samples: Iterable[dict[str, Any]], cfg: DataConfig, num_clips: int, num_crops: int
 ) -> Iterator[tuple[torch.Tensor, int, str]]:
-    """All test views of each video, (clips * crops, C, T, H, W), with its label and source key."""
+    """All test views of each video, uint8 (clips * crops, T, H, W, C), with its label and source key."""
     for sample in samples:
         try:
             video, meta = open_sample(sample, cfg.crop_size, cfg.decode_threads)
@@ -138,7 +153,9 @@ def _collate_eval(batch: list[tuple[torch.Tensor, int, str]]) -> EvalBatch:
 
 def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
     workers = {"multiprocessing_context": "forkserver"} if num_workers > 0 else {}
-    return wds.WebLoader(dataset, batch_size=None, num_workers=num_workers, **workers)
+    return wds.WebLoader(
+        dataset, batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(), **workers
+    )
 
 
 def _check_shards(manifest: Manifest, shards_dir: Path) -> None:
@@ -186,8 +203,8 @@ class TrainLoader:
 
 
 def build_train_loader(cfg: DataConfig, *, batch_size: int, seed: int, epoch: int = 0) -> TrainLoader:
-    """Training batches (clips float32 (B, C, T, H, W) normalised, labels int64 (B,)); one iteration
-    is one epoch of about num_samples / world_size clips for this rank."""
+    """Training batches (clips uint8 (B, T, H, W, C), labels int64 (B,)); one iteration is one epoch
+    of about num_samples / world_size clips for this rank."""
     return TrainLoader(cfg, batch_size, seed, epoch)
 
 
@@ -201,8 +218,8 @@ def build_eval_loader(
     rank: int | None = None,
     world_size: int | None = None,
 ) -> wds.WebLoader:
-    """Evaluation batches (views float32 (B, V, C, T, H, W) with V = clips x crops, labels (B,),
-    source keys); `rank`/`world_size` default to RANK / WORLD_SIZE or the torch.distributed group."""
+    """Evaluation batches (views uint8 (B, V, T, H, W, C) with V = clips x crops, labels (B,), source
+    keys); `rank`/`world_size` default to RANK / WORLD_SIZE or the torch.distributed group."""
     urls = load_manifest(cfg.shards, split).shard_urls()
     # Split by node here, in the evaluating process: DataLoader workers see no torch.distributed group
     # (and, under forkserver, only the environment the server started with).

@@ -1,20 +1,35 @@
-"""Clip-consistent augmentation and test-time crops.
+"""Clip-consistent augmentation and test-time crops in uint8, and the one normalisation.
 
-Every frame of a clip gets the same crop and the same flip: a crop that moved from frame to frame
-would add motion the video does not have. Frames arrive from the decoder as uint8 (T, H, W, 3); the
-output is a float32 clip (C, T, H, W) normalised with the configured mean and std. Horizontal flip is
-a switch because it turns "moving left" into "moving right".
+Clips stay uint8 in the decoders' layout, (T, H, W, C), from the decoder to the device: the CPU only
+crops, resizes (uint8, antialiased bilinear) and flips; `normalize_clips` turns a batch into the
+model's float (B, C, T, H, W) on the device, at the start of the training step, in evaluation and
+in predict. Every frame of a clip gets the same crop and the same flip: a crop that moved from frame
+to frame would add motion the video does not have. Horizontal flip is a switch because it turns
+"moving left" into "moving right".
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from vidtx.media.resize import resize_frames
 
 Box = tuple[int, int, int, int]  # top, left, height, width
+
+
+def normalize_clips(
+    clips: torch.Tensor, mean: Sequence[float], std: Sequence[float], dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """uint8 clips (..., T, H, W, C) -> (..., C, T, H, W) in `dtype`, (x / 255 - mean) / std, computed
+    in float32 on the clips' device (move them to the model's device first)."""
+    scale = torch.tensor([1.0 / (255.0 * s) for s in std], device=clips.device)
+    shift = torch.tensor([m / s for m, s in zip(mean, std, strict=True)], device=clips.device)
+    normalised = clips.to(torch.float32).mul_(scale).sub_(shift)  # (..., T, H, W, C)
+    return normalised.movedim(-1, -4).to(dtype).contiguous()  # (..., C, T, H, W)
 
 
 def random_resized_crop_box(
@@ -41,8 +56,9 @@ def random_resized_crop_box(
 
 
 def crop(clip: torch.Tensor, box: Box) -> torch.Tensor:
+    """The box of every frame of a clip (T, H, W, C): a view, no copy."""
     top, left, box_h, box_w = box
-    return clip[..., top : top + box_h, left : left + box_w]
+    return clip[:, top : top + box_h, left : left + box_w]
 
 
 def center_crop_box(height: int, width: int, size: int) -> Box:
@@ -58,65 +74,36 @@ def three_crop_boxes(height: int, width: int, size: int) -> list[Box]:
     return [(top, left, size, size) for top in (0, (height - size) // 2, height - size)]
 
 
-def normalize(clip: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> torch.Tensor:
-    """uint8 or [0, 255] float (T, C, H, W) -> float32 (x / 255 - mean) / std, in two passes."""
-    std_t = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
-    shift = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1) / std_t
-    return clip.to(torch.float32, copy=True).mul_(1.0 / (255.0 * std_t)).sub_(shift)
-
-
-def to_tensor(frames: np.ndarray) -> torch.Tensor:
-    """Decoded frames (T, H, W, 3) uint8 -> (T, 3, H, W) uint8 (a view, no copy)."""
-    return torch.from_numpy(frames).permute(0, 3, 1, 2)
-
-
 class TrainTransform:
-    """Random resized crop to `crop_size`, optional horizontal flip, normalisation."""
+    """Random resized crop to `crop_size` and an optional horizontal flip: uint8 frames
+    (T, H, W, C) -> uint8 clip (T, crop, crop, C)."""
 
-    def __init__(
-        self,
-        crop_size: int,
-        scale: tuple[float, float],
-        horizontal_flip: bool,
-        mean: tuple[float, float, float],
-        std: tuple[float, float, float],
-    ) -> None:
+    def __init__(self, crop_size: int, scale: tuple[float, float], horizontal_flip: bool) -> None:
         self.crop_size, self.scale, self.horizontal_flip = crop_size, scale, horizontal_flip
-        self.mean, self.std = mean, std
 
-    def __call__(self, frames: np.ndarray, rng: np.random.Generator) -> torch.Tensor:
-        clip = to_tensor(frames)  # (T, C, H, W) uint8
-        box = random_resized_crop_box(clip.shape[-2], clip.shape[-1], self.scale, rng)
-        clip = normalize(crop(clip, box), self.mean, self.std)
-        clip = F.interpolate(
-            clip, size=(self.crop_size, self.crop_size), mode="bilinear", align_corners=False, antialias=True
-        )  # (T, C, crop, crop)
+    def __call__(self, frames: np.ndarray | torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        clip = torch.as_tensor(frames)  # (T, H, W, C) uint8, no copy
+        box = random_resized_crop_box(clip.shape[1], clip.shape[2], self.scale, rng)
+        clip = resize_frames(crop(clip, box), self.crop_size, self.crop_size)  # (T, crop, crop, C)
         if self.horizontal_flip and rng.random() < 0.5:
-            clip = clip.flip(-1)
-        return clip.permute(1, 0, 2, 3).contiguous()  # (C, T, crop, crop)
+            clip = clip.flip(2)
+        return clip
 
 
 class EvalTransform:
-    """Centre crop (1 view) or 3-crop along the long side, normalised; frames are expected with the
-    short side already at `crop_size` (the loader decodes them at that size)."""
+    """Centre crop (1 view) or 3-crop along the long side: uint8 frames (T, H, W, C), with the short
+    side already at `crop_size` (the loader decodes them at that size), -> (crops, T, crop, crop, C)."""
 
-    def __init__(
-        self,
-        crop_size: int,
-        num_crops: int,
-        mean: tuple[float, float, float],
-        std: tuple[float, float, float],
-    ) -> None:
+    def __init__(self, crop_size: int, num_crops: int) -> None:
         if num_crops not in (1, 3):
             raise ValueError(f"num_crops must be 1 or 3, got {num_crops}")
-        self.crop_size, self.num_crops, self.mean, self.std = crop_size, num_crops, mean, std
+        self.crop_size, self.num_crops = crop_size, num_crops
 
-    def __call__(self, frames: np.ndarray) -> torch.Tensor:
-        clip = to_tensor(frames)  # (T, C, H, W) uint8
-        height, width = clip.shape[-2:]
+    def __call__(self, frames: np.ndarray | torch.Tensor) -> torch.Tensor:
+        clip = torch.as_tensor(frames)  # (T, H, W, C) uint8
+        height, width = clip.shape[1:3]
         if self.num_crops == 1:
             boxes = [center_crop_box(height, width, self.crop_size)]
         else:
             boxes = three_crop_boxes(height, width, self.crop_size)
-        views = [normalize(crop(clip, box), self.mean, self.std) for box in boxes]
-        return torch.stack(views).permute(0, 2, 1, 3, 4).contiguous()  # (crops, C, T, crop, crop)
+        return torch.stack([crop(clip, box) for box in boxes])  # (crops, T, crop, crop, C)

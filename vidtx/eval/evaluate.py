@@ -17,6 +17,7 @@ from torch import nn
 
 from vidtx.config import DataConfig, EvalConfig
 from vidtx.data.loader import build_eval_loader
+from vidtx.data.transforms import normalize_clips
 from vidtx.eval.metrics import ClassificationMetrics, classification_metrics, combine_views, video_loss
 from vidtx.manifest import Manifest
 from vidtx.ray_session import ray_session
@@ -90,10 +91,12 @@ def predict_split(
         rank=rank,
         world_size=world_size,
     )
+    weights = next(model.parameters())
     logits, labels, keys = [], [], []
-    for views, batch_labels, batch_keys in loader:  # views (B, V, C, T, H, W)
+    for views, batch_labels, batch_keys in loader:  # uint8 views (B, V, T, H, W, C)
         batch, num_views = views.shape[:2]
-        out = model(views.flatten(0, 1))  # (B*V, K)
+        clips = views.flatten(0, 1).to(weights.device, non_blocking=True)  # (B*V, T, H, W, C)
+        out = model(normalize_clips(clips, data.mean, data.std, weights.dtype))  # (B*V, K)
         logits.append(out.float().view(batch, num_views, -1))
         labels.append(batch_labels)
         keys.extend(batch_keys)

@@ -10,6 +10,7 @@ from torch import nn
 
 from vidtx.config import DataConfig
 from vidtx.data.loader import test_views
+from vidtx.data.transforms import normalize_clips
 from vidtx.media.decode import open_video, probe_video, scaled_size
 
 
@@ -31,13 +32,15 @@ def predict_videos(
     top_k: int = 5,
 ) -> list[Prediction]:
     """Mean softmax over the views of each video (the probabilities are what a user reads)."""
+    weights = next(model.parameters())
     predictions = []
     for path in videos:
         payload = Path(path).read_bytes()
         info = probe_video(payload)
         video = open_video(payload, size=scaled_size(info.width, info.height, data.crop_size))
-        views = test_views(video, data, num_clips, num_crops)  # (V, C, T, H, W)
-        probabilities = model(views).float().softmax(dim=-1).mean(dim=0)  # (K,)
+        views = test_views(video, data, num_clips, num_crops).to(weights.device)  # uint8 (V, T, H, W, C)
+        clips = normalize_clips(views, data.mean, data.std, weights.dtype)  # (V, C, T, H, W)
+        probabilities = model(clips).float().softmax(dim=-1).mean(dim=0)  # (K,)
         best = probabilities.topk(min(top_k, len(class_names)))
         top = [(class_names[i], p) for p, i in zip(best.values.tolist(), best.indices.tolist(), strict=True)]
         predictions.append(Prediction(str(path), top))

@@ -67,15 +67,20 @@ def encode_mp4(
     return buffer.getvalue()
 
 
-def _resampled_frames(
-    container: av.container.InputContainer, cfg: ReencodeConfig
+def resampled_frames(
+    container: av.container.InputContainer,
+    short_side: int,
+    fps: float | None = None,
+    max_seconds: float | None = None,
 ) -> tuple[Iterator[np.ndarray], float]:
-    """Decoded RGB frames at the target size and frame rate, cut to `cfg.max_seconds`."""
+    """The video's RGB frames (H, W, 3) with the short side scaled to `short_side` (never up; even
+    sizes), at `fps` (None: the source's rate), cut to `max_seconds`; and that frame rate. Decodes
+    single-threaded, as the frames come (the container must stay open while they are read)."""
     stream = container.streams.video[0]
     stream.thread_count = 1
     source_fps = float(stream.average_rate or stream.guessed_rate or 25)
-    fps = cfg.fps or source_fps
-    width, height = even_size_for_short_side(stream.width, stream.height, cfg.short_side)
+    fps = fps or source_fps
+    width, height = even_size_for_short_side(stream.width, stream.height, short_side)
 
     def frames() -> Iterator[np.ndarray]:
         start: float | None = None
@@ -84,7 +89,7 @@ def _resampled_frames(
             time = frame.time if frame.time is not None else index / source_fps
             start = time if start is None else start
             time -= start
-            if cfg.max_seconds is not None and time >= cfg.max_seconds:
+            if max_seconds is not None and time >= max_seconds:
                 return
             image = frame.to_ndarray(format="rgb24", width=width, height=height)
             while slot / fps <= time + 1e-6:
@@ -98,5 +103,5 @@ def reencode(data: bytes, cfg: ReencodeConfig) -> bytes:
     """Transcode a video to H.264 MP4 with a smaller short side, an optional new frame rate and cut,
     and a short keyframe interval, so that sparse frame sampling decodes few frames. Audio is dropped."""
     with av.open(io.BytesIO(data)) as container:
-        frames, fps = _resampled_frames(container, cfg)
+        frames, fps = resampled_frames(container, cfg.short_side, cfg.fps, cfg.max_seconds)
         return encode_mp4(frames, fps, crf=cfg.crf, keyframe_interval=cfg.keyframe_interval)

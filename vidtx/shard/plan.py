@@ -55,6 +55,12 @@ class ShardSpec(BaseModel):
         """Changes whenever the bytes of the shard could: its plan or the per-video processing."""
         recipe = {"spec": self.model_dump(mode="json", exclude_none=True), "min_frames": cfg.min_frames}
         recipe["reencode"] = cfg.reencode.model_dump(mode="json") if cfg.reencode else None
+        if cfg.store == "frames":  # absent for the video store: its shards keep their fingerprints
+            recipe["frames"] = {
+                "fps": cfg.fps,
+                "short_side": cfg.short_side,
+                "jpeg_quality": cfg.jpeg_quality,
+            }
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 

@@ -1,7 +1,8 @@
 """One source video -> the bytes and facts of a shard sample, in a child process with a time limit.
 
-`prepare_video` reads a video, re-encodes it when asked and probes it (decoding its first and last
-frames). A pathological file, a decoder bug or a stalled network mount could block that forever, or
+`prepare_video` reads a video and turns it into what the configured store keeps: the video bytes
+(copied, or re-encoded when asked), probed (`vidtx.media.decode.probe_video`), or its frames as JPEG
+(which decodes every frame). A pathological file, a decoder bug or a stalled network mount could block that forever, or
 crash the process, so the sharding job runs it through `VideoPreparer`: one child process per shard
 that prepares the videos one after the other, and that is killed when a video takes more than
 `timeout_s` seconds (the video is rejected with "timeout") or replaced when it dies (rejected with
@@ -18,14 +19,16 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import av
 import decord
 
-from vidtx.config import ReencodeConfig
-from vidtx.manifest import VIDEO_EXTENSIONS
+from vidtx.config import ShardConfig
+from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS
 from vidtx.media.decode import VideoDecodeError, VideoInfo, check_container, probe_video
 from vidtx.media.encode import reencode
+from vidtx.media.jpeg import video_to_frames
 
 
 class RejectedVideoError(Exception):
@@ -34,48 +37,63 @@ class RejectedVideoError(Exception):
 
 @dataclass(frozen=True)
 class PreparedVideo:
-    extension: str  # the tar member's name: mp4, webm, ...
-    data: bytes
-    info: VideoInfo
+    """A video made ready for its shard: the sample's members and the facts its json records."""
+
+    members: dict[str, bytes]  # tar member name (without the key) -> bytes: "mp4", "webm", ... or "frames"
+    info: VideoInfo  # of what is stored (after any re-encode or conversion)
+    extra: dict[str, Any]  # store-specific json fields: the frames store's byte offsets
 
 
-def prepare_video(path: Path, reencode_cfg: ReencodeConfig | None) -> PreparedVideo:
-    """The video's bytes (re-encoded to MP4 when `reencode_cfg` is set) and what probing found;
-    raises RejectedVideoError with the reason."""
+def _read(path: Path) -> bytes:
     if not path.exists():
         raise RejectedVideoError("missing: file not found")
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as err:
         raise RejectedVideoError(f"unreadable: {err.strerror or err}") from err
-    extension = path.suffix.lower() if path.suffix.lower() in VIDEO_EXTENSIONS else ".mp4"
+
+
+def _as_frames(data: bytes, cfg: ShardConfig) -> PreparedVideo:
+    check_container(data)
+    frames = video_to_frames(data, short_side=cfg.short_side, fps=cfg.fps, quality=cfg.jpeg_quality)
+    info = VideoInfo(len(frames.offsets) - 1, frames.fps, frames.width, frames.height)
+    return PreparedVideo({FRAMES_MEMBER: frames.data}, info, {"offsets": frames.offsets})
+
+
+def _as_video(data: bytes, suffix: str, cfg: ShardConfig) -> PreparedVideo:
+    extension = suffix if suffix in VIDEO_EXTENSIONS else ".mp4"
+    if cfg.reencode is not None:
+        check_container(data)
+        try:
+            data = reencode(data, cfg.reencode)
+        except (av.FFmpegError, ValueError) as err:
+            raise VideoDecodeError(f"re-encode failed ({err})") from err
+        extension = ".mp4"
+    return PreparedVideo({extension[1:]: data}, probe_video(data), {})
+
+
+def prepare_video(path: Path, cfg: ShardConfig) -> PreparedVideo:
+    """The sample of the video at `path` for `cfg.store`; raises RejectedVideoError with the reason."""
+    data = _read(path)
     try:
-        if reencode_cfg is not None:
-            check_container(data)
-            try:
-                data = reencode(data, reencode_cfg)
-            except (av.FFmpegError, ValueError) as err:
-                raise VideoDecodeError(f"re-encode failed ({err})") from err
-            extension = ".mp4"
-        info = probe_video(data)
+        return _as_frames(data, cfg) if cfg.store == "frames" else _as_video(data, path.suffix.lower(), cfg)
     except VideoDecodeError as err:
         raise RejectedVideoError(str(err)) from err
-    return PreparedVideo(extension[1:], data, info)
 
 
 def _serve(connection: Connection) -> None:
-    """The child: announce itself, then prepare each (path, re-encode config) received and send
-    back the result or the exception, until the parent closes the pipe."""
+    """The child: announce itself, then prepare each (path, shard config) received and send back the
+    result or the exception, until the parent closes the pipe."""
     # decord's FFmpeg prints every bad packet to stderr; the reject reason already says it in one line.
     decord.logging.set_level(decord.logging.FATAL)
     connection.send(None)
     while True:
         try:
-            path, reencode_cfg = connection.recv()
+            path, cfg = connection.recv()
         except EOFError:
             return
         try:
-            connection.send(prepare_video(path, reencode_cfg))
+            connection.send(prepare_video(path, cfg))
         except Exception as err:  # sent to the parent, which re-raises it
             connection.send(err)
 
@@ -103,11 +121,11 @@ class VideoPreparer:
     ) -> None:
         self.close()
 
-    def prepare(self, path: Path, reencode_cfg: ReencodeConfig | None) -> PreparedVideo:
+    def prepare(self, path: Path, cfg: ShardConfig) -> PreparedVideo:
         """Like `prepare_video`; a video that overruns or kills the child is a RejectedVideoError."""
         child, connection = self._started()
         with contextlib.suppress(ConnectionError):  # a child that died idle: reported below
-            connection.send((path, reencode_cfg))
+            connection.send((path, cfg))
         ready = wait([connection, child.sentinel], self.timeout_s)
         if connection in ready:  # a result, or the end of file of a child that died
             with contextlib.suppress(EOFError, ConnectionError):

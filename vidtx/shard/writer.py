@@ -86,7 +86,7 @@ def _sample(
     """The tar members of one video, after probing (and re-encoding); raises RejectedVideoError."""
     if item.problem is not None:
         raise RejectedVideoError(item.problem)
-    video = preparer.prepare(Path(item.path), cfg.reencode)
+    video = preparer.prepare(Path(item.path), cfg)
     info = video.info
     if info.num_frames < cfg.min_frames:
         raise RejectedVideoError(f"too short: {info.num_frames} frames < min_frames {cfg.min_frames}")
@@ -101,12 +101,10 @@ def _sample(
         "width": info.width,
         "height": info.height,
         "reencoded": cfg.reencode is not None,
+        "store": cfg.store,
+        **video.extra,
     }
-    return {
-        "__key__": item.key,
-        video.extension: video.data,
-        "json": json.dumps(meta, sort_keys=True).encode(),
-    }
+    return {"__key__": item.key, **video.members, "json": json.dumps(meta, sort_keys=True).encode()}
 
 
 def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
@@ -188,6 +186,7 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
         class_names=class_names,
         counts_per_class=dict(counts),
         rejects=rejects,
+        store=cfg.store,
         config=cfg.model_dump(mode="json"),
         content_hash=content_hash(shards, class_names),
     )

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.data.transforms import normalize_clips
 from vidtx.eval.metrics import top_k_correct
 from vidtx.model_factory import model_for
 from vidtx.models import count_flops
@@ -90,9 +91,15 @@ class WorkerTrainer:
                 raise RuntimeError(f"no training clips could be loaded from {self.cfg.data.shards}")
             self.state.epoch += 1
 
+    def _to_model(self, clips: torch.Tensor) -> torch.Tensor:
+        """uint8 clips (B, T, H, W, C) from the loader -> normalised (B, C, T, H, W) on the device."""
+        data = self.cfg.data
+        clips = clips.to(self.engine.device, non_blocking=True)
+        return normalize_clips(clips, data.mean, data.std, self.dtype)
+
     def _micro_step(self, clips: torch.Tensor, labels: torch.Tensor) -> float:
-        clips = clips.to(self.engine.device, self.dtype)
-        labels = labels.to(self.engine.device)
+        clips = self._to_model(clips)
+        labels = labels.to(self.engine.device, non_blocking=True)
         targets: torch.Tensor = labels
         if self.cfg.train.mixup_alpha > 0:
             clips, targets = mixup(clips, labels, self.num_classes, self.cfg.train.mixup_alpha, self.rng)
@@ -128,8 +135,8 @@ class WorkerTrainer:
                 shape = (1, 3, data.num_frames, data.crop_size, data.crop_size)
                 self.engine(torch.zeros(shape, dtype=self.dtype, device=self.engine.device))
                 continue
-            views, labels, _ = batch  # (B, 1, C, T, H, W)
-            logits = self.engine(views[:, 0].to(self.engine.device, self.dtype)).float().cpu()
+            views, labels, _ = batch  # uint8 (B, 1, T, H, W, C)
+            logits = self.engine(self._to_model(views[:, 0])).float().cpu()
             loss_sum = torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item()
             totals += torch.tensor(
                 [*top_k_correct(logits, labels), loss_sum, len(labels)], dtype=torch.float64
