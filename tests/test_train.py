@@ -56,18 +56,18 @@ def test_two_workers_zero2_bf16_loss_goes_down(tiny_dataset: PipelineConfig, tmp
         tmp_path,
         zero_stage=2,
         precision="bf16",
-        max_steps=100,
+        max_steps=150,  # at 100 steps of 4 clips, a 1-level change of input pixels moved the end by 0.3
         log_every=1,
-        checkpoint_every=100,
+        checkpoint_every=150,
     )
     config.train.optimizer.lr = 0.003
     result = train(config, run_name="loss-down")
     losses = list(history(result, STEP_METRIC).values())
-    assert len(losses) == 100
+    assert len(losses) == 150
     chance = math.log(4)  # the loss of a uniform guess over the 4 classes, where training starts
     assert losses[0] == pytest.approx(chance, rel=0.15)
     assert sum(losses[-10:]) / 10 < 0.85 * chance
-    assert result.metrics["step"] == 100
+    assert result.metrics["step"] == 150
     assert Path(result.checkpoint, "state").is_dir()
     client = MlflowClient(result.tracking_uri)
     runs = client.search_runs([client.get_run(result.mlflow_run_id).info.experiment_id])

@@ -41,10 +41,11 @@ import webdataset as wds
 
 from vidtx.config import DataConfig
 from vidtx.data.sampling import FrameSampler
+from vidtx.data.tar_reader import tar_samples
 from vidtx.data.transforms import EvalTransform, TrainTransform
 from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
 from vidtx.media.decode import Video, VideoDecodeError, open_video, scaled_size
-from vidtx.media.jpeg import JpegFrames
+from vidtx.media.frames import JpegFrames
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,10 @@ def open_sample(
 def _frames(video: Video, indices: np.ndarray) -> np.ndarray:
     """Frames for an index array of any shape, decoding each distinct frame once: (*shape, H, W, 3)."""
     unique, inverse = np.unique(indices, return_inverse=True)
-    return video.frames(unique.tolist())[inverse.reshape(indices.shape)]
+    frames = video.frames(unique.tolist())  # (distinct, H, W, 3)
+    if len(unique) == indices.size and np.array_equal(unique, indices.ravel()):
+        return frames.reshape(*indices.shape, *frames.shape[1:])  # sorted, no repeats: no copy
+    return frames[inverse.reshape(indices.shape)]
 
 
 def _dataloader_worker() -> int:
@@ -193,7 +197,7 @@ class TrainLoader:
         )
         dataset = wds.DataPipeline(
             shards,
-            wds.tarfile_to_samples(handler=log_and_continue),
+            tar_samples(log_and_continue),
             wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
             partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
@@ -227,7 +231,7 @@ def build_eval_loader(
     dataset = wds.DataPipeline(
         wds.SimpleShardList(urls) if urls else [],  # a rank without shards yields no batch
         wds.split_by_worker,
-        wds.tarfile_to_samples(handler=log_and_continue),
+        tar_samples(log_and_continue),
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )

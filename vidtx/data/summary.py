@@ -14,6 +14,7 @@ from matplotlib.figure import Figure  # no pyplot: no global backend, no display
 
 from vidtx.data.loader import SAMPLE_ERRORS, log_and_continue, open_sample, sample_name
 from vidtx.data.sampling import FrameSampler
+from vidtx.data.tar_reader import tar_samples
 from vidtx.manifest import (
     MANIFEST_SUFFIX,
     Manifest,
@@ -49,7 +50,7 @@ def _sheet_rows(
     """(frames (T, H, W, 3), metadata) of the split's videos that can be read, in order."""
     shards = wds.SimpleShardList(manifest.shard_urls())
     sampler = FrameSampler("segment", num_frames)
-    for sample in wds.DataPipeline(shards, wds.tarfile_to_samples(handler=log_and_continue)):
+    for sample in wds.DataPipeline(shards, tar_samples(log_and_continue)):
         try:
             video, meta = open_sample(sample, short_side, num_threads=1)
             yield video.frames(sampler.test(video.num_frames)[0].tolist()), meta
