@@ -197,7 +197,7 @@ class TrainLoader:
         )
         dataset = wds.DataPipeline(
             shards,
-            tar_samples(log_and_continue),
+            partial(tar_samples, handler=log_and_continue),
             wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
             partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
@@ -231,7 +231,7 @@ def build_eval_loader(
     dataset = wds.DataPipeline(
         wds.SimpleShardList(urls) if urls else [],  # a rank without shards yields no batch
         wds.split_by_worker,
-        tar_samples(log_and_continue),
+        partial(tar_samples, handler=log_and_continue),
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ def _sheet_rows(
     """(frames (T, H, W, 3), metadata) of the split's videos that can be read, in order."""
     shards = wds.SimpleShardList(manifest.shard_urls())
     sampler = FrameSampler("segment", num_frames)
-    for sample in wds.DataPipeline(shards, tar_samples(log_and_continue)):
+    for sample in wds.DataPipeline(shards, partial(tar_samples, handler=log_and_continue)):
         try:
             video, meta = open_sample(sample, short_side, num_threads=1)
             yield video.frames(sampler.test(video.num_frames)[0].tolist()), meta

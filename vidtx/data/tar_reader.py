@@ -72,11 +72,8 @@ def tar_members(
 
 
 def tar_samples(
-    handler: Callable[[Exception], bool],
-) -> Callable[[Iterable[dict[str, Any]]], Iterator[dict[str, Any]]]:
-    """A pipeline stage: shard urls -> samples ({"__key__", "__url__", "json", "mp4" or "frames", ...})."""
-
-    def stage(sources: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        return wds.tariterators.group_by_keys(tar_members(sources, handler), handler=handler)
-
-    return stage
+    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool]
+) -> Iterator[dict[str, Any]]:
+    """Pipeline stage: shard urls -> samples ({"__key__", "__url__", "json", "mp4" or "frames", ...}).
+    Use it as `functools.partial(tar_samples, handler=...)` (picklable for DataLoader workers)."""
+    return wds.tariterators.group_by_keys(tar_members(sources, handler), handler=handler)
