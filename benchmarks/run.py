@@ -30,6 +30,7 @@ BENCHMARKS = [
     "attention_kernels",
     "data_loading",
     "reencode_settings",
+    "frames_store",
     "training_overhead",
     "temporal_reasoning",
 ]
