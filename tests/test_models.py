@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from vidtx.config import ConfigError, ModelConfig, PipelineConfig
 from vidtx.model_factory import build_model, check_model_config
 from vidtx.models import (
+    PRESETS,
     VisionTransformer,
     create_model,
     list_models,
@@ -19,7 +20,7 @@ from vidtx.models import (
     space_time_mix,
 )
 from vidtx.models.heads import TemporalAverageHead
-from vidtx.models.xvit import SpaceTimeMixingAttention
+from vidtx.models.mixing import SpaceTimeMixingAttention, window_offsets
 from vidtx.nn import resize_pos_embed
 
 TINY_VIT = {"img_size": 56, "patch_size": 8, "embed_dim": 96, "depth": 4, "num_heads": 4}
@@ -34,20 +35,29 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual - expected).norm() / expected.norm()).item()
 
 
-def reference_mix(x: torch.Tensor, num_frames: int, shift_div: int, layout: str) -> torch.Tensor:
+def reference_mix(
+    x: torch.Tensor, num_frames: int, shift_div: int, layout: str, offsets: tuple[int, ...] = (1, -1)
+) -> torch.Tensor:
     """Frame by frame and channel by channel: which neighbour each channel of each frame comes from."""
     rows, heads, _, head_dim = x.shape
+    past, future = sorted(o for o in offsets if o < 0), sorted(o for o in offsets if o > 0)
     out = torch.zeros_like(x)
     for row in range(rows):
         clip, t = divmod(row, num_frames)
         for head in range(heads):
             for j in range(head_dim):
-                if layout == "embed":  # whole embedding, head-major: [future | past | current ...]
+                if layout == "embed":  # whole embedding, head-major: a fold per offset, in their order
                     channel, fold = head * head_dim + j, heads * head_dim // shift_div
-                    offset = 1 if channel < fold else -1 if channel < 2 * fold else 0
-                else:  # inside every head: [past | current | future]
+                    offset = offsets[channel // fold] if channel < fold * len(offsets) else 0
+                else:  # inside every head: [past (t-w first) | current | future (t+w last)]
                     fold = head_dim // shift_div
-                    offset = -1 if j < fold else 1 if j >= head_dim - fold else 0
+                    from_end = head_dim - 1 - j
+                    if j < fold * len(past):
+                        offset = past[j // fold]
+                    elif from_end < fold * len(future):
+                        offset = future[len(future) - 1 - from_end // fold]
+                    else:
+                        offset = 0
                 if 0 <= t + offset < num_frames:
                     out[row, head, :, j] = x[clip * num_frames + t + offset, head, :, j]
     return out
@@ -62,6 +72,72 @@ def test_space_time_mix_matches_per_frame_loop(layout: str, num_frames: int, shi
     assert torch.equal(mixed, reference_mix(x, num_frames, shift_div, layout))
 
 
+@pytest.mark.parametrize("layout", ["embed", "per_head"])
+@pytest.mark.parametrize(("window", "boundaries_only"), [(2, False), (2, True), (3, False)])
+def test_wider_windows_give_every_neighbour_a_fold(layout: str, window: int, boundaries_only: bool) -> None:
+    offsets = window_offsets(window, boundaries_only)
+    assert offsets == (
+        (2, -2) if boundaries_only else tuple(o for d in range(1, window + 1) for o in (d, -d))
+    )
+    x = torch.randn(2 * 8, 4, 3, 16)  # (B*T, heads, S, dh)
+    mixed = space_time_mix(x, 8, 8, layout, offsets)  # type: ignore[arg-type]
+    assert torch.equal(mixed, reference_mix(x, 8, 8, layout, offsets))
+
+
+def test_the_attention_mixes_its_projection_in_place_as_the_reference_does() -> None:
+    for target in ("kv", "k", "v"):
+        attention = SpaceTimeMixingAttention(
+            16, 2, num_frames=4, shift_div=4, target=target, attention_impl="math"
+        ).eval()
+        x = torch.randn(2 * 4, 5, 16)  # (B*T, S, D)
+        q, k, v = attention.qkv(x).unflatten(-1, (3, 2, 8)).permute(2, 0, 3, 1, 4)  # (B*T, heads, S, dh)
+        k = space_time_mix(k, 4, 4) if "k" in target else k
+        v = space_time_mix(v, 4, 4) if "v" in target else v
+        expected = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5, -1) @ v  # (B*T, heads, S, dh)
+        torch.testing.assert_close(attention(x), attention.proj(expected.transpose(1, 2).flatten(2)))
+    mixed_input = SpaceTimeMixingAttention(16, 2, num_frames=4, shift_div=4, target="x").eval()
+    x = torch.randn(2 * 4, 5, 16)
+    shifted = space_time_mix(x[:, None], 4, 4)[:, 0]  # the input's channels, as one "head"
+    plain = SpaceTimeMixingAttention(16, 2, num_frames=4, shift_div=0).eval()
+    plain.load_state_dict(mixed_input.state_dict())
+    torch.testing.assert_close(mixed_input(x), plain(shifted))
+
+
+@pytest.mark.parametrize("layout", ["embed", "per_head"])
+@pytest.mark.parametrize("target", ["kv", "k", "x"])
+def test_in_place_mixing_has_the_gradients_of_the_reference(layout: str, target: str) -> None:
+    """The attention's in-place shift (one autograd node) back-propagates exactly what the
+    out-of-place reference (`space_time_mix` on separate key and value tensors) does."""
+    torch.manual_seed(0)
+    attention = SpaceTimeMixingAttention(
+        16,
+        2,
+        num_frames=4,
+        shift_div=4,
+        layout=layout,
+        target=target,
+        attention_impl="math",  # type: ignore[arg-type]
+    )
+    reference = SpaceTimeMixingAttention(16, 2, num_frames=4, shift_div=0, attention_impl="math")
+    reference.load_state_dict(attention.state_dict())
+    x = torch.randn(2 * 4, 5, 16, requires_grad=True)  # (B*T, S, D)
+    x_ref = x.detach().clone().requires_grad_()
+    if target == "x":
+        out_ref = reference(space_time_mix(x_ref[:, None], 4, 4, layout)[:, 0])  # type: ignore[arg-type]
+    else:
+        q, k, v = reference.qkv(x_ref).unflatten(-1, (3, 2, 8)).permute(2, 0, 3, 1, 4)  # (B*T, heads, S, dh)
+        k = space_time_mix(k, 4, 4, layout) if "k" in target else k  # type: ignore[arg-type]
+        v = space_time_mix(v, 4, 4, layout) if "v" in target else v  # type: ignore[arg-type]
+        attended = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5, -1) @ v  # (B*T, heads, S, dh)
+        out_ref = reference.proj(attended.transpose(1, 2).flatten(2))
+    upstream = torch.randn_like(out_ref)
+    attention(x).backward(upstream)
+    out_ref.backward(upstream)
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    for (name, param), ref in zip(attention.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(param.grad, ref.grad, msg=name)
+
+
 def test_space_time_mix_fraction_boundaries_and_off_switch() -> None:
     x = torch.randn(2 * 4, 2, 3, 8) + 10  # no channel is zero by chance
     mixed = space_time_mix(x, 4, 4).unflatten(0, (2, 4))  # (B, T, heads, S, dh); 16 channels, fold 4
@@ -72,7 +148,7 @@ def test_space_time_mix_fraction_boundaries_and_off_switch() -> None:
     assert space_time_mix(x, 4, 0) is x
     with pytest.raises(ValueError, match="shift_div"):
         space_time_mix(x, 4, 1)
-    with pytest.raises(ValueError, match="mixes no channel"):
+    with pytest.raises(ValueError, match="cannot give 2 neighbours a share of 8 channels"):
         space_time_mix(x, 4, 16, "per_head")  # 8 channels per head / 16 = 0
 
 
@@ -131,20 +207,24 @@ def test_sdpa_and_math_attention_agree(name: str) -> None:
     assert relative_error(math_path(clips), fused(clips)) < 1e-5
 
 
-def shrunk_overrides(name: str) -> tuple[dict[str, object], int]:
-    overrides: dict[str, object] = {"depth": 1, "num_frames": 4, "num_classes": 7}
-    if "b16" in name:
-        overrides["img_size"] = 32
+def shrunk_overrides(name: str) -> tuple[dict[str, object], int, int]:
+    """A small version of a preset (1 block, 2x2 patches a frame): (overrides, frames, image size)."""
+    defaults = PRESETS[name].defaults
+    frames = 8 if defaults.get("official_compat") else 4  # the released layout needs 8-frame segments
+    overrides: dict[str, object] = {"depth": 1, "num_frames": frames, "num_classes": 7}
+    overrides["img_size"] = 2 * defaults["patch_size"]
     if name.startswith("vivit"):
         overrides["temporal_depth"] = 1
-    return overrides, int(overrides.get("img_size", 56))  # type: ignore[call-overload]
+    if defaults.get("segment_frames"):
+        overrides["segment_frames"] = 8
+    return overrides, frames, 2 * defaults["patch_size"]
 
 
 @pytest.mark.parametrize("name", list_models())
 def test_every_preset_runs_forward_and_backward_in_bf16_autocast(name: str) -> None:
-    overrides, size = shrunk_overrides(name)
+    overrides, frames, size = shrunk_overrides(name)
     model = create_model(name, drop_path_rate=0.1, head_dropout=0.1, **overrides)
-    clips = torch.randn(2, 3, 4, size, size)
+    clips = torch.randn(2, 3, frames, size, size)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(clips)
     assert logits.shape == (2, 7)
@@ -184,7 +264,8 @@ def test_official_compat_reuses_eight_embedding_slots_and_mixes_in_chunks_of_eig
     repeated = torch.randn(1, 3, 8, 56, 56).repeat(1, 1, 2, 1, 1)  # frame t + 8 = frame t
     features = slots.forward_features(repeated)
     torch.testing.assert_close(features[:, :8], features[:, 8:])  # the same slot embeds t and t + 8
-    assert compat.pre_logits.fc.out_features == 96  # the IN-21k ViT's Linear + tanh pre-logits
+    # the released model has no pre-logits layer: timm drops the IN-21k one for another class count
+    assert not any("pre_logits" in name for name, _ in compat.named_parameters())
     with pytest.raises(ValueError, match="multiple of 8"):
         create_model("xvit_tiny", num_frames=12, official_compat=True)
 
@@ -321,7 +402,7 @@ def test_mixed_fraction_is_two_over_shift_div() -> None:
     for shift_div in (4, 8):
         attention = create_model("xvit_tiny", shift_div=shift_div).blocks[0].attn
         x = torch.ones(8, attention.num_heads, 2, attention.head_dim)  # one clip of 8 frames
-        mixed = attention.mix(x)
+        mixed = space_time_mix(x, attention.num_frames, attention.shift_div, attention.layout)
         # at the clip ends the borrowed channels are zeros: 1/shift_div from t-1 plus 1/shift_div from t+1
         first, last = (mixed[0] == 0).float().mean().item(), (mixed[7] == 0).float().mean().item()
         assert first + last == pytest.approx(2 / shift_div)
@@ -335,3 +416,28 @@ def test_tiny_presets_start_with_larger_weights_and_positions() -> None:
     assert tiny.blocks[0].mlp.fc1.weight.std().item() == pytest.approx(0.1, rel=0.1)
     assert wide.pos_embed.std().item() == pytest.approx(0.02, rel=0.15)
     assert wide.blocks[0].mlp.fc1.weight.std().item() == pytest.approx(0.02, rel=0.1)
+
+
+def test_the_ablation_knobs_of_tables_1_and_2() -> None:
+    layers = {
+        option: [bool(block.attn.moves) for block in create_model("xvit_tiny", mix_layers=option).blocks]
+        for option in ("all", "first_half", "second_half", "odd")
+    }
+    assert layers == {
+        "all": [True] * 4,
+        "first_half": [True, True, False, False],
+        "second_half": [False, False, True, True],
+        "odd": [False, True, False, True],
+    }
+    assert len(create_model("xvit_tiny", temporal_depth=3).head.blocks) == 3
+    window = create_model("xvit_tiny", shift_div=8, mix_window=2).blocks[0].attn
+    assert [offset for offset, _, _ in window.moves] == [1, -1, 2, -2]
+    boundaries = create_model("xvit_tiny", shift_div=8, mix_window=2, mix_boundaries_only=True).blocks[0].attn
+    assert [offset for offset, _, _ in boundaries.moves] == [2, -2]
+    clips = torch.randn(2, 3, 8, 56, 56)
+    for target in ("kv", "k", "v", "x"):
+        assert create_model("xvit_tiny", mix_target=target)(clips).shape == (2, 10)
+    with pytest.raises(ValueError, match="mix_layers"):
+        create_model("xvit_tiny", mix_layers="even")
+    with pytest.raises(ValueError, match="mix_target"):
+        create_model("xvit_tiny", mix_target="q")

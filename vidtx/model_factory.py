@@ -12,6 +12,7 @@ import torch
 from vidtx.config import ConfigError, ModelConfig, PipelineConfig
 from vidtx.manifest import load_manifest
 from vidtx.models import VideoTransformer, create_model, list_models, load_image_vit
+from vidtx.models.weights import load_official_checkpoint, official_num_classes, read_official_checkpoint
 
 
 def build_model(cfg: ModelConfig, *, num_classes: int, num_frames: int, img_size: int) -> VideoTransformer:
@@ -28,6 +29,9 @@ def build_model(cfg: ModelConfig, *, num_classes: int, num_frames: int, img_size
     )
     if cfg.pretrained:
         load_image_vit(model, cfg.pretrained)
+    if cfg.checkpoint:
+        state = read_official_checkpoint(cfg.checkpoint)
+        load_official_checkpoint(model, state, classifier=official_num_classes(state) == num_classes)
     return model
 
 
@@ -41,18 +45,24 @@ def model_for(config: PipelineConfig) -> VideoTransformer:
 
 
 def check_model_config(config: PipelineConfig) -> None:
-    """Raise ConfigError naming the field when `config.model` names no preset or an option the preset
-    does not take. Builds the model on the meta device: no memory, no weights read."""
-    model = config.model
+    """Raise ConfigError naming the fields when `config.model` names no preset, an option the preset
+    does not take, or a network that cannot be built for `config.data` (a crop size that is not a
+    multiple of the patch size, frames that do not split into the model's segments). Builds the model
+    on the meta device (no memory, no weights read), so every entry point can afford it up front."""
+    model, data = config.model, config.data
     if model.name not in (valid := list_models()):
         raise ConfigError(f"model.name: unknown model preset {model.name!r}; valid: {', '.join(valid)}")
     try:
         with torch.device("meta"):
             build_model(
-                model.model_copy(update={"pretrained": None}),
+                model.model_copy(update={"pretrained": None, "checkpoint": None}),
                 num_classes=2,
-                num_frames=config.data.num_frames,
-                img_size=config.data.crop_size,
+                num_frames=data.num_frames,
+                img_size=data.crop_size,
             )
     except TypeError as err:
         raise ConfigError(f"model.options: {err}") from None
+    except ValueError as err:  # the model's own checks, on sizes that come from these fields
+        fields = [f"data.crop_size={data.crop_size}", f"data.num_frames={data.num_frames}"]
+        fields += [f"model.name={model.name}"] + [f"model.options.{k}={v}" for k, v in model.options.items()]
+        raise ConfigError(f"{', '.join(fields)}: {err}") from None

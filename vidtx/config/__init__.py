@@ -3,6 +3,7 @@ YAML files and overrides (`loading`). Imports nothing of vidtx outside this pack
 
 from vidtx.config.base import ConfigError, StrictModel
 from vidtx.config.data import (
+    CropMode,
     DataConfig,
     DatasetFormat,
     ReencodeConfig,
@@ -35,6 +36,7 @@ __all__ = [
     "AttentionImpl",
     "ClusterConfig",
     "ConfigError",
+    "CropMode",
     "DataConfig",
     "DatasetFormat",
     "Ensemble",

@@ -12,6 +12,7 @@ from vidtx.config.base import StrictModel
 DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv"]
 SamplingMode = Literal["segment", "dense"]
 Store = Literal["video", "frames"]
+CropMode = Literal["random_resized", "scale_jitter"]
 
 
 class ReencodeConfig(StrictModel):
@@ -80,6 +81,17 @@ class ShardConfig(StrictModel):
     classes: list[str] | None = Field(
         None, description="The label set (None: every label in the annotations); other labels are rejects."
     )
+    classes_file: Path | None = Field(
+        None,
+        description="The label set from a file, one class name a line in label-id order (e.g. the order a "
+        "released model was trained with); instead of `classes`.",
+    )
+    max_video_mb: float = Field(
+        4096,
+        gt=0,
+        description="Per video: a larger file is rejected (files are streamed into the tars, never read "
+        "whole, but a shard should not be dominated by one file).",
+    )
     probe_timeout_s: float = Field(
         600.0, gt=0, description="Per video: a probe (and re-encode) that takes longer is rejected."
     )
@@ -95,6 +107,18 @@ class ShardConfig(StrictModel):
         256, ge=16, description="Frames store: short side of the frames (never upscaled)."
     )
     jpeg_quality: int = Field(90, ge=1, le=100, description="Frames store: JPEG quality (libjpeg scale).")
+
+    def label_set(self) -> list[str] | None:
+        """`classes`, or the names in `classes_file`, or None (every label in the annotations)."""
+        if self.classes_file is None:
+            return self.classes
+        return [line.strip() for line in self.classes_file.read_text().splitlines() if line.strip()]
+
+    @model_validator(mode="after")
+    def _one_label_set(self) -> ShardConfig:
+        if self.classes is not None and self.classes_file is not None:
+            raise ValueError("set classes or classes_file, not both")
+        return self
 
     @model_validator(mode="after")
     def _reencode_is_for_the_video_store(self) -> ShardConfig:
@@ -121,6 +145,19 @@ class DataConfig(StrictModel):
     crop_size: int = Field(224, ge=8, description="Spatial input size (H = W).")
     scale_range: tuple[float, float] = Field((0.4, 1.0), description="Random resized crop area fraction.")
     horizontal_flip: bool = Field(False, description="Off by default: it swaps left/right classes.")
+    crop: CropMode = Field(
+        "random_resized",
+        description="random_resized: a box of scale_range of the area, aspect 3/4-4/3; scale_jitter: "
+        "the paper's random scaling by scale_jitter and a crop_size crop.",
+    )
+    scale_jitter: tuple[float, float] = Field((0.9, 1.3), description="Scale range of crop scale_jitter.")
+    auto_augment: bool = Field(False, description="AutoAugment (ImageNet policy), one draw per clip.")
+    random_erasing: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Probability of erasing a random box with noise (same box on all frames).",
+    )
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
     num_workers: int = Field(1, ge=0, description="DataLoader worker processes per training worker.")

@@ -28,6 +28,11 @@ class ModelConfig(StrictModel):
     pretrained: str | None = Field(
         None, description="Image-ViT state dict (timm key names) to initialise the spatial backbone."
     )
+    checkpoint: str | None = Field(
+        None,
+        description="A released X-ViT checkpoint (github.com/1adrianb/video-transformers) loaded into the "
+        "model before training or evaluation; its classifier is kept when the class counts agree.",
+    )
     options: dict[str, int | float | str | bool] = Field(
         default_factory=dict,
         description="Extra keyword arguments for the preset, e.g. shift_div, mix_layout, temporal_head.",

@@ -107,7 +107,7 @@ def _train_clips(
     """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips (T, H, W, C) of it."""
     rng = np.random.default_rng([seed, epoch, rank, _dataloader_worker()])
     sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
-    transform = TrainTransform(cfg.crop_size, cfg.scale_range, cfg.horizontal_flip)
+    transform = TrainTransform.from_config(cfg)
     for sample in samples:
         try:
             video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads, at_least=True)

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from vidtx.config import CropMode, DataConfig
+from vidtx.data.augment import auto_augment, random_erasing
 from vidtx.media.resize import resize_frames
 
 Box = tuple[int, int, int, int]  # top, left, height, width
@@ -74,19 +76,62 @@ def three_crop_boxes(height: int, width: int, size: int) -> list[Box]:
     return [(top, left, size, size) for top in (0, (height - size) // 2, height - size)]
 
 
-class TrainTransform:
-    """Random resized crop to `crop_size` and an optional horizontal flip: uint8 frames
-    (T, H, W, C) -> uint8 clip (T, crop, crop, C)."""
+def scale_jitter_box(
+    height: int, width: int, crop_size: int, scale: tuple[float, float], rng: np.random.Generator
+) -> Box:
+    """The paper's "random scaling and cropping": the frame scaled by s in `scale`, then a random
+    crop_size square; as a box of the unscaled frame, a square of side crop_size / s."""
+    side = min(round(crop_size / rng.uniform(*scale)), height, width)
+    return int(rng.integers(0, height - side + 1)), int(rng.integers(0, width - side + 1)), side, side
 
-    def __init__(self, crop_size: int, scale: tuple[float, float], horizontal_flip: bool) -> None:
+
+class TrainTransform:
+    """The training augmentation of a clip, uint8 frames (T, H, W, C) -> uint8 (T, crop, crop, C): a
+    random resized crop (area fraction `scale`, aspect 3/4-4/3) or the paper's scale jitter and crop,
+    an optional horizontal flip, then optionally AutoAugment and random erasing
+    (`vidtx.data.augment`), all with one draw per clip."""
+
+    def __init__(
+        self,
+        crop_size: int,
+        scale: tuple[float, float],
+        horizontal_flip: bool,
+        *,
+        crop: CropMode = "random_resized",
+        scale_jitter: tuple[float, float] = (0.9, 1.3),
+        auto_augment: bool = False,
+        random_erasing: float = 0.0,
+    ) -> None:
         self.crop_size, self.scale, self.horizontal_flip = crop_size, scale, horizontal_flip
+        self.crop, self.scale_jitter = crop, scale_jitter
+        self.auto_augment, self.random_erasing = auto_augment, random_erasing
+
+    @classmethod
+    def from_config(cls, cfg: DataConfig) -> TrainTransform:
+        return cls(
+            cfg.crop_size,
+            cfg.scale_range,
+            cfg.horizontal_flip,
+            crop=cfg.crop,
+            scale_jitter=cfg.scale_jitter,
+            auto_augment=cfg.auto_augment,
+            random_erasing=cfg.random_erasing,
+        )
 
     def __call__(self, frames: np.ndarray | torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
         clip = torch.as_tensor(frames)  # (T, H, W, C) uint8, no copy
-        box = random_resized_crop_box(clip.shape[1], clip.shape[2], self.scale, rng)
+        height, width = clip.shape[1:3]
+        if self.crop == "scale_jitter":
+            box = scale_jitter_box(height, width, self.crop_size, self.scale_jitter, rng)
+        else:
+            box = random_resized_crop_box(height, width, self.scale, rng)
         clip = resize_frames(crop(clip, box), self.crop_size, self.crop_size)  # (T, crop, crop, C)
         if self.horizontal_flip and rng.random() < 0.5:
             clip = clip.flip(2)
+        if self.auto_augment:
+            clip = auto_augment(clip.contiguous(), rng)
+        if self.random_erasing and rng.random() < self.random_erasing:
+            clip = random_erasing(clip, rng)
         return clip
 
 

@@ -7,6 +7,7 @@ model = create_model("xvit_tiny", num_classes=10)   # clips (B, C, T, H, W) -> l
 """
 
 from vidtx.models.flops import FlopCount, count_flops
+from vidtx.models.mixing import space_time_mix
 from vidtx.models.presets import (
     PRESETS,
     create_model,
@@ -20,7 +21,7 @@ from vidtx.models.video import VideoTransformer
 from vidtx.models.vit import VisionTransformer, ViTEncoder
 from vidtx.models.vivit import ViViTFactorisedEncoder
 from vidtx.models.weights import LoadReport, load_image_vit, read_state_dict, save_checkpoint
-from vidtx.models.xvit import XViT, space_time_mix
+from vidtx.models.xvit import XViT
 
 __all__ = [
     "PRESETS",

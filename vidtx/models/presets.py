@@ -31,6 +31,9 @@ class Preset:
 
 
 _B16 = {"img_size": 224, "patch_size": 16, "embed_dim": 768, "depth": 12, "num_heads": 12, "num_classes": 400}
+_B32 = {**_B16, "patch_size": 32}
+_L16 = {**_B16, "embed_dim": 1024, "depth": 24, "num_heads": 16}
+_L32 = {**_L16, "patch_size": 32}
 # Small enough to train in minutes on 2 CPU cores at 56x56 and 8 frames.
 # Tiny models train from scratch on CPU: larger initial weights and positions (see ViTEncoder).
 _TINY = {
@@ -43,9 +46,13 @@ _TINY = {
     "init_std": 0.1,
     "pos_embed_std": 1.0,
 }
-# The paper's SSv2 setting: half the key/value channels mixed, one temporal-attention layer.
+# Half the key/value channels mixed (the paper's SSv2 setting), one temporal-attention layer, and
+# the released code's channel layout ("embed"; the paper's Eq. 9 is "per_head").
 _XVIT = {"shift_div": 4, "mix_layout": "embed", "temporal_head": "attention"}
 _SPATIAL_ONLY = {"shift_div": 0, "temporal_head": "average", "temporal_embedding": False}
+# The released checkpoints (github.com/1adrianb/video-transformers, `load_official_checkpoint`): the
+# released code's layout, 8 temporal-embedding slots, dropout 0.5 on the frame features and in the head.
+_RELEASED = {**_B16, "num_frames": 16, "official_compat": True, "frame_dropout": 0.5, "head_dropout": 0.5}
 _VIVIT_TINY = {"tubelet_size": 2, "temporal_depth": 1}
 
 PRESETS: dict[str, Preset] = {
@@ -58,6 +65,22 @@ PRESETS: dict[str, Preset] = {
         XViT,
         "X-ViT B/16, 50% of k/v channels mixed, temporal-attention head",
         {**_B16, "num_frames": 16, **_XVIT},
+    ),
+    "xvit_b16_32x224": Preset(
+        XViT, "X-ViT B/16, 32 frames (paper, Table 6)", {**_B16, "num_frames": 32, **_XVIT}
+    ),
+    "xvit_b32_8x224": Preset(XViT, "X-ViT B/32 (paper, Table 4)", {**_B32, "num_frames": 8, **_XVIT}),
+    "xvit_l16_8x224": Preset(XViT, "X-ViT L/16", {**_L16, "num_frames": 8, **_XVIT}),
+    "xvit_l32_8x224": Preset(XViT, "X-ViT L/32 (paper, Table 4)", {**_L32, "num_frames": 8, **_XVIT}),
+    "xvit_b16_16x224_k600": Preset(
+        XViT,
+        "the released Kinetics-600 X-ViT: 25% mixed in 8-frame segments, 600 classes",
+        {**_RELEASED, "num_classes": 600, "shift_div": 8, "segment_frames": 8},
+    ),
+    "xvit_b16_16x224_ssv2": Preset(
+        XViT,
+        "the released SSv2 X-ViT: 50% mixed over all 16 frames, 174 classes",
+        {**_RELEASED, "num_classes": 174, "shift_div": 4, "segment_frames": 16},
     ),
     "xvit_tiny": Preset(XViT, "X-ViT, tiny (CPU tests and the demo)", {**_TINY, "num_frames": 8, **_XVIT}),
     "spatial_avg_b16_8x224": Preset(

@@ -113,8 +113,9 @@ class AdditiveAttention(nn.Module):
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention with a fused qkv projection (timm's layout and parameter names).
 
-    Subclasses change which keys and values each query sees by overriding `transform_keys_values`
-    (X-ViT mixes them across neighbouring frames) without touching the projections.
+    Subclasses change which keys and values each query sees without touching the projections, by
+    overriding `transform_qkv` (X-ViT mixes the projection's output across neighbouring frames, in
+    place) or `transform_keys_values` (e.g. to append keys).
     """
 
     def __init__(
@@ -140,13 +141,21 @@ class MultiHeadAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
+    def transform_qkv(self, qkv: Tensor, tokens: int) -> Tensor:
+        """Hook on the projection's output (B*S rows of `tokens` tokens each, 3 * D: q | k | v, each
+        head-major), before the heads are split. It is the projection's own buffer, not a view, so
+        a subclass may change it in place as one autograd node. Identity here."""
+        return qkv
+
     def transform_keys_values(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Hook between the projection and the attention; (B, heads, S, dh) each. Identity here."""
         return key, value
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         # x (B, S, D); mask broadcastable to (B, heads, S, S'), True = attend
-        qkv = self.qkv(x).unflatten(-1, (3, self.num_heads, self.head_dim))  # (B, S, 3, heads, dh)
+        batch, tokens, _ = x.shape
+        qkv = self.transform_qkv(self.qkv(x.reshape(batch * tokens, -1)), tokens)  # (B*S, 3*D)
+        qkv = qkv.view(batch, tokens, 3, self.num_heads, self.head_dim)
         query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # (B, heads, S, dh) each
         key, value = self.transform_keys_values(key, value)  # (B, heads, S', dh) each
         dropout_p = self.attn_drop if self.training else 0.0

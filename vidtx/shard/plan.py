@@ -66,7 +66,7 @@ class ShardSpec(BaseModel):
 
 def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
     """Deterministic assignment of the source's videos to shards, for every requested split."""
-    source = read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=cfg.classes)
+    source = read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=cfg.label_set())
     splits = cfg.splits or source.splits
     unknown = set(splits) - set(source.splits)
     if unknown:

@@ -1,0 +1,70 @@
+"""Figures over several seeds: the mean, spread and range of each variant's accuracy, and mean learning
+curves with the worst-to-best seed band. A run is a dict with a "label" and a "curve" (a list of
+{"step", "val_top1", "val_direction", ...} points); the runs of one variant share its label."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Mean, sample standard deviation and range of one figure over the seeds."""
+
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
+
+    def __str__(self) -> str:
+        if len(self.values) == 1:
+            return f"{self.mean:.1%}"
+        return f"{self.mean:.1%} ± {self.std:.1%} ({min(self.values):.0%}-{max(self.values):.0%})"
+
+
+def by_label(results: list[dict]) -> dict[str, list[dict]]:
+    """The runs of each variant (one per seed), in the order they were listed."""
+    grouped: dict[str, list[dict]] = {}
+    for result in results:
+        grouped.setdefault(result["label"], []).append(result)
+    return grouped
+
+
+def final(runs: list[dict], key: str) -> Spread:
+    return Spread(tuple(run["curve"][-1][key] for run in runs))
+
+
+def plot_curves(results: list[dict], path: Path) -> None:
+    """Mean learning curves over the seeds, with the range between the worst and best seed shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (top1_axis, direction_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, runs in by_label(results).items():
+        steps = [point["step"] for point in runs[0]["curve"]]
+        for axis, key in ((top1_axis, "val_top1"), (direction_axis, "val_direction")):
+            per_seed = list(zip(*([point[key] for point in run["curve"]] for run in runs), strict=True))
+            line = axis.plot(steps, [statistics.fmean(v) for v in per_seed], marker=".", label=label)[0]
+            if len(runs) > 1:
+                lows, highs = [min(v) for v in per_seed], [max(v) for v in per_seed]
+                axis.fill_between(steps, lows, highs, color=line.get_color(), alpha=0.15)
+    for axis, title in (
+        (top1_axis, "validation top-1"),
+        (direction_axis, "direction accuracy (clip vs reversed)"),
+    ):
+        axis.set(title=title, xlabel="training step", ylim=(0, 1.02))
+        axis.grid(alpha=0.3)
+    direction_axis.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+    top1_axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
