@@ -10,7 +10,9 @@ from flows.evaluate import evaluate_model, register_model
 from flows.shard import ShardedSplit, shard_dataset
 from flows.train import named_run, train_model
 from vidtx.config import PipelineConfig
+from vidtx.model_factory import check_model_config
 from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link, run_link
+from vidtx.train.splits import evaluation_split
 
 LOCAL_PREFECT_UI = "http://127.0.0.1:4200"  # where `make ui` serves the Prefect UI
 
@@ -58,10 +60,12 @@ def render_summary(result: PipelineResult) -> str:
 def video_pipeline(config: PipelineConfig) -> PipelineResult:
     """The whole pipeline. Training reads the shards this run writes (`data.shards` is set to
     `shard.output`), and the training run is named after this flow run unless `train.run_name` is set."""
+    check_model_config(config)  # a model that cannot be built fails before any sharding
     config = named_run(config)
     config.data.shards = config.shard.output
 
     splits = shard_dataset(config.shard, config.synth)
+    evaluation_split(config)  # a split the shards lack fails now, not after the training
     trained = train_model(config)
     checkpoint = trained.best_checkpoint or trained.checkpoint
     evaluation = evaluate_model(config, checkpoint)

@@ -13,9 +13,9 @@ from pydantic import BaseModel
 
 from vidtx.config import ShardConfig, SynthConfig
 from vidtx.manifest import Manifest, manifest_path
-from vidtx.shard.plan import ShardSpec, plan_shards
+from vidtx.shard.plan import ShardSpec
 from vidtx.shard.synthetic import generate_dataset
-from vidtx.shard.writer import ShardResult, finalize_split, write_shard
+from vidtx.shard.writer import ShardResult, finalize_split, plan_dataset, write_shard
 
 
 class ShardedSplit(BaseModel):
@@ -36,7 +36,7 @@ def synthesize(synth: SynthConfig) -> str:
 
 @task(retries=2, retry_delay_seconds=10)
 def plan(shard: ShardConfig) -> list[ShardSpec]:
-    return plan_shards(shard)
+    return plan_dataset(shard)  # also lists what is not sharded in ignored.jsonl
 
 
 @task(retries=2, retry_delay_seconds=10, task_run_name="write {spec.name}")

@@ -48,13 +48,17 @@ def encode(
     codec: str = "libx264",
     fps: int = 12,
     pts_ms: list[int] | None = None,
+    rotation: int = 0,
 ) -> bytes:
-    """Frames (T, H, W, 3) as a video file; `pts_ms` gives each frame its own timestamp (VFR)."""
+    """Frames (T, H, W, 3) as a video file; `pts_ms` gives each frame its own timestamp (VFR);
+    `rotation` (degrees) is written as the stream's display matrix, as phones do."""
     buffer = io.BytesIO()
     with av.open(buffer, "w", format=container) as output:
         stream = output.add_stream(codec, rate=fps)
         stream.height, stream.width = frames.shape[1:3]
         stream.pix_fmt = "yuv420p"
+        if rotation:
+            stream.set_display_rotation(rotation)
         if codec == "libx264":
             stream.options = {"preset": "ultrafast"}
         if pts_ms is not None:
@@ -129,7 +133,7 @@ VIDEO_CASES: dict[str, tuple[Callable[[], bytes] | None, str | None]] = {
     "audio_only.mp4": (audio_only, "no video stream"),
     "two_frames.mp4": (lambda: encode(moving_frames(2, 64, 48)), "too short: 2 frames < min_frames 3"),
     "missing.mp4": (None, "missing: file not found"),
-    "a_folder.mp4": (None, "unreadable: Is a directory"),
+    "a_folder.mp4": (None, "unreadable: a folder named like a video"),
     # sharded: fewer frames than the clip (padded when loading), odd sizes, VFR, other containers
     "five_frames.mp4": (lambda: encode(moving_frames(5, 64, 48)), None),
     "portrait.mp4": (lambda: encode(moving_frames(12, 48, 64)), None),

@@ -3,6 +3,7 @@ the file and line, and a whole file that cannot be read is a one-line error (iss
 """
 
 import json
+import logging
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -69,6 +70,40 @@ def test_vidtx_shard_reports_an_unusable_annotation_file_in_one_line(
     ]
 
 
+def test_a_csv_with_a_utf8_byte_order_mark_is_read(tmp_path: Path) -> None:
+    (tmp_path / "list.csv").write_bytes(b"\xef\xbb\xbfpath,label\na.mp4,x\n")
+    source = read_source(tmp_path / "list.csv", "csv")
+    assert [(record.key, record.label, record.problem) for record in source.records] == [("a", 0, None)]
+
+
+def test_annotation_paths_outside_the_video_root_are_rejects(tmp_path: Path) -> None:
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    outside = tmp_path / "secret.mp4"
+    (videos / "list.csv").write_text(
+        f"path,label\n./a.mp4,x\n../secret.mp4,x\n{outside},x\n{videos / 'sub/b.mp4'},x\nsub/../../c.mp4,x\n"
+    )
+    source = read_source(videos / "list.csv", "csv")
+    problems = {record.key: record.problem for record in source.records}
+    assert problems == {
+        "a": None,
+        "list.csv:3": f"outside the video root: '../secret.mp4' (list.csv:3) is not inside {videos}",
+        "list.csv:4": f"outside the video root: '{outside}' (list.csv:4) is not inside {videos}",
+        "sub/b": None,  # absolute, but inside the root: recorded relative to it
+        "list.csv:6": f"outside the video root: 'sub/../../c.mp4' (list.csv:6) is not inside {videos}",
+    }
+    assert [record.path for record in source.records if not record.problem] == [
+        videos / "a.mp4",
+        videos / "sub/b.mp4",
+    ]
+
+    folder = write_ssv2(tmp_path / "ssv2", [{"id": "../../x", "template": "Moving [something] up"}])
+    (ssv2,) = read_source(folder, "ssv2", video_root=folder / "videos").records
+    assert ssv2.problem == (
+        f"outside the video root: '../../x' (something-something-v2-train.json[0]) is not inside {folder / 'videos'}"
+    )
+
+
 # --- Kinetics -------------------------------------------------------------------------------------
 
 
@@ -121,6 +156,35 @@ def test_kinetics_rows_with_unknown_labels_duplicates_or_bad_times_are_rejects(t
     assert manifests["train"].num_samples == 2
     assert [r.reason.split(":")[0] for r in manifests["val"].rejects] == ["duplicate key"]
     assert manifests["val"].num_samples == 0
+
+
+@pytest.mark.parametrize(
+    ("start", "end"), [("inf", "10"), ("0", "1e400"), ("nan", "10"), ("-5", "10"), ("20", "10")]
+)
+def test_kinetics_times_must_be_finite_non_negative_and_ordered(tmp_path: Path, start: str, end: str) -> None:
+    (tmp_path / "train.csv").write_text(
+        f"label,youtube_id,time_start,time_end,split\nabseiling,aaa,{start},{end},train\nabseiling,bbb,0,10,train\n"
+    )
+    first, second = read_source(tmp_path / "train.csv", "kinetics").records
+    assert first.problem == (
+        f"malformed row: train.csv:2 has times that are not finite, >= 0 and start <= end ({start!r}, {end!r})"
+    )
+    assert (second.key, second.problem) == ("bbb_000000_000010", None)
+
+
+def test_a_kinetics_csv_without_labels_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = write_kinetics(tmp_path)
+    (folder / "test.csv").write_text("youtube_id,time_start,time_end,split\nddd,0,10,test\n")
+    with caplog.at_level(logging.WARNING, logger="vidtx.shard.sources"):
+        source = read_source(folder, "kinetics", video_root=folder / "videos")
+    reason = "no 'label' column: unlabelled rows (a test split?) cannot be trained or evaluated on"
+    assert source.splits == ["train", "val"]
+    assert [(item.path, item.reason) for item in source.ignored] == [(folder / "test.csv", reason)]
+    assert f"skipping {folder / 'test.csv'}: {reason}" in caplog.messages
+    with pytest.raises(AnnotationError, match=r"missing column\(s\) \['label'\]"):
+        read_source(folder / "test.csv", "kinetics")  # the only file given: nothing else to shard
 
 
 # --- Something-Something v2 ---------------------------------------------------------------------------
@@ -178,6 +242,8 @@ def test_ssv2_templates_missing_from_labels_json_and_malformed_entries_are_rejec
         ("labels.json", '["Moving something up"]', "expected an object at the top level, found list"),
         ("labels.json", '{"Moving something up": "one"}', "every class id must be an integer"),
         ("labels.json", '{"Moving something up": "1", "Pushing": "1"}', "class ids are not distinct"),
+        ("labels.json", '{"Moving something up": 2.9}', "every class id must be an integer (2.9 is not"),
+        ("labels.json", '{"Moving something up": true}', "every class id must be an integer (True is not"),
     ],
 )
 def test_an_unusable_ssv2_file_is_a_clear_error(

@@ -9,19 +9,22 @@ import io
 import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import threading
+import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import av
 import pytest
 import webdataset as wds
-from media import SHARDED, VFR_PTS_MS, VIDEO_CASES, case_bytes, good, write_dataset
+from media import SHARDED, VFR_PTS_MS, VIDEO_CASES, case_bytes, encode, good, moving_frames, write_dataset
 
-from vidtx.config import ShardConfig
+from vidtx.config import ReencodeConfig, ShardConfig
 from vidtx.manifest import load_manifest
-from vidtx.shard.plan import plan_shards
+from vidtx.media.decode import VideoDecodeError, probe_video
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
 from vidtx.shard.writer import shard_dataset
 
@@ -129,41 +132,151 @@ def test_too_many_rejects_fail_the_job_with_the_reasons_counted(
 # --- a video that hangs or kills the prober --------------------------------------------------------
 
 
-def test_a_video_that_blocks_forever_is_rejected_after_the_probe_timeout(tmp_path: Path) -> None:
-    """A FIFO with no writer blocks the read like a stalled network mount: the prober is killed."""
-    for name in ("a.mp4", "c.mp4"):
-        (tmp_path / name).write_bytes(good())
-    os.mkfifo(tmp_path / "b.mp4")
-    (tmp_path / "list.csv").write_text("path,label\na.mp4,x\nb.mp4,x\nc.mp4,x\n")
-    cfg = ShardConfig(
-        source=tmp_path / "list.csv", output=tmp_path / "shards", processes=1, max_reject_fraction=0.5
-    )
-    order = [Path(item.path).name for item in plan_shards(cfg)[0].items]
-    assert order.index("b.mp4") < 2  # so a video comes after the hanging one
-    manifest = shard_dataset(cfg.model_copy(update={"probe_timeout_s": 3}))["train"]
-    assert manifest.num_samples == 2  # the video after the hanging one is probed by a fresh child
-    assert [(r.path, r.reason) for r in manifest.rejects] == [("b.mp4", "timeout: not probed within 3 s")]
+def the_prober() -> multiprocessing.Process:
+    (child,) = [p for p in multiprocessing.active_children() if p.name == "vidtx-prepare"]
+    return child
+
+
+def test_a_fifo_is_rejected_without_being_read_and_a_stalled_prober_is_killed(tmp_path: Path) -> None:
+    """A FIFO with no writer would block its reader forever: it is rejected from its file type. A read
+    that stalls anyway (a network mount) looks from outside like a prober that stops answering
+    (SIGSTOP here): it is killed after `probe_timeout_s`, its video rejected, the next gets a new one."""
+    (tmp_path / "good.mp4").write_bytes(good())
+    os.mkfifo(tmp_path / "fifo.mp4")
+    copy = ShardConfig()  # the video store, bytes copied
+    with VideoPreparer(timeout_s=2) as preparer:
+        with pytest.raises(RejectedVideoError, match=r"^unreadable: not a regular file$"):
+            preparer.prepare(tmp_path / "fifo.mp4", copy)
+        stalled = the_prober()
+        os.kill(stalled.pid, signal.SIGSTOP)
+        with pytest.raises(RejectedVideoError, match=r"^timeout: not probed within 2 s$"):
+            preparer.prepare(tmp_path / "good.mp4", copy)
+        assert not stalled.is_alive()
+        assert preparer.prepare(tmp_path / "good.mp4", copy).info.num_frames == 12
 
 
 def test_a_prober_that_dies_is_reported_and_replaced(tmp_path: Path) -> None:
     """A probe process killed from outside (as the OOM killer would) rejects only its video."""
     (tmp_path / "good.mp4").write_bytes(good())
-    os.mkfifo(tmp_path / "stuck.mp4")
     outcome: list[Exception] = []
-    copy = ShardConfig()  # the video store, bytes copied
+    copy = ShardConfig()
 
-    def prepare_stuck(preparer: VideoPreparer) -> None:
+    def prepare(preparer: VideoPreparer) -> None:
         try:
-            preparer.prepare(tmp_path / "stuck.mp4", copy)
+            preparer.prepare(tmp_path / "good.mp4", copy)
         except RejectedVideoError as err:
             outcome.append(err)
 
     with VideoPreparer(timeout_s=60) as preparer:
         assert preparer.prepare(tmp_path / "good.mp4", copy).info.num_frames == 12
-        (child,) = [p for p in multiprocessing.active_children() if p.name == "vidtx-prepare"]
-        thread = threading.Thread(target=prepare_stuck, args=(preparer,))
+        child = the_prober()
+        os.kill(child.pid, signal.SIGSTOP)  # so that the request below waits for it
+        thread = threading.Thread(target=prepare, args=(preparer,))
         thread.start()
+        time.sleep(0.5)
         child.kill()
         thread.join(timeout=30)
         assert [str(err) for err in outcome] == ["decoder crashed (killed by SIGKILL)"]
-        assert preparer.prepare(tmp_path / "good.mp4", copy).members == {"mp4": good()}
+        assert preparer.prepare(tmp_path / "good.mp4", copy).members == {"mp4": tmp_path / "good.mp4"}
+
+
+# --- files that used to kill the job: larger than memory, names that are not UTF-8 -------------------
+
+
+def test_videos_are_streamed_into_the_tar_and_larger_than_max_video_mb_rejected(tmp_path: Path) -> None:
+    """A copied video goes from disk into the tar in blocks, never read whole (a file can be larger than
+    memory): sharding a 30 MB file allocates a fraction of it. Above `shard.max_video_mb`: a reject."""
+    big = good() + bytes(30_000_000)  # FFmpeg reads the MP4's atoms and ignores what trails them
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos/big.mp4").write_bytes(big)
+    (tmp_path / "videos/small.mp4").write_bytes(good())
+    (tmp_path / "list.csv").write_text("path,label\nbig.mp4,x\nsmall.mp4,x\n")
+    cfg = ShardConfig(
+        source=tmp_path / "list.csv", video_root=tmp_path / "videos", output=tmp_path / "shards", processes=1
+    )
+    tracemalloc.start()
+    manifest = shard_dataset(cfg)["train"]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 5_000_000  # Python allocations of the whole job, the 30 MB file included
+    samples = {
+        json.loads(s["json"])["source"]: s
+        for s in wds.WebDataset(manifest.shard_urls(cfg.output), shardshuffle=False)
+    }
+    assert samples["big.mp4"]["mp4"] == big
+    limited = cfg.model_copy(
+        update={"output": tmp_path / "limited", "max_video_mb": 10, "max_reject_fraction": 0.5}
+    )
+    manifest = shard_dataset(limited)["train"]
+    assert manifest.num_samples == 1
+    assert [(r.path, r.reason) for r in manifest.rejects] == [
+        ("big.mp4", "too large: 30 MB > shard.max_video_mb 10")
+    ]
+
+
+def test_file_names_that_are_not_utf8_are_sharded_and_reported_in_readable_json(tmp_path: Path) -> None:
+    """Bytes of a name that are not UTF-8 (Latin-1 from an old camera) are kept on disk as they are and
+    recorded as `\\xNN` escapes: the manifest, the rejects and the samples' json are valid JSON."""
+    folder = os.fsencode(tmp_path / "videos/train") + b"/caf\xe9"
+    os.makedirs(folder)
+    for index in range(3):
+        Path(os.fsdecode(folder + b"/ok%d.mp4" % index)).write_bytes(good())
+    Path(os.fsdecode(folder + b"/f\xeate.mp4")).write_bytes(good())
+    Path(os.fsdecode(folder + b"/\xffbroken.mp4")).write_bytes(b"not a video")
+    cfg = ShardConfig(
+        source=tmp_path / "videos", format="folder", output=tmp_path / "shards", max_reject_fraction=0.5
+    )
+    manifest = shard_dataset(cfg)["train"]
+    assert manifest.num_samples == 4
+    assert manifest.class_names == ["caf\\xe9"]
+    assert [r.path for r in manifest.rejects] == ["train/caf\\xe9/\\xffbroken.mp4"]
+    assert (
+        json.loads((tmp_path / "shards/train.rejects.jsonl").read_text())["key"]
+        == "train/caf\\xe9/\\xffbroken"
+    )
+    sources = {
+        json.loads(s["json"])["source"]
+        for s in wds.WebDataset(manifest.shard_urls(cfg.output), shardshuffle=False)
+    }
+    assert "train/caf\\xe9/f\\xeate.mp4" in sources
+
+
+def test_an_odd_sized_video_is_recorded_with_its_size_in_every_store(tmp_path: Path) -> None:
+    """97x55: copied and as JPEG frames it keeps its size; H.264 needs even sizes, so the re-encode
+    stores 96x54 and records the source's 97x55 beside it."""
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos/odd.avi").write_bytes(encode(moving_frames(8, 97, 55), "avi", "mpeg4"))
+    (tmp_path / "list.csv").write_text("path,label\nodd.avi,x\n")
+    base = ShardConfig(source=tmp_path / "list.csv", video_root=tmp_path / "videos", processes=1)
+    stores = {
+        "copy": {},
+        "frames": {"store": "frames"},
+        "reencoded": {"reencode": ReencodeConfig(short_side=256, keyframe_interval=4)},
+    }
+    recorded = {}
+    for name, update in stores.items():
+        cfg = base.model_copy(update={"output": tmp_path / name, **update})
+        [sample] = wds.WebDataset(shard_dataset(cfg)["train"].shard_urls(cfg.output), shardshuffle=False)
+        meta = json.loads(sample["json"])
+        recorded[name] = (meta["width"], meta["height"], meta.get("source_width"), meta.get("source_height"))
+    assert recorded == {
+        "copy": (97, 55, None, None),
+        "frames": (97, 55, 97, 55),
+        "reencoded": (96, 54, 97, 55),
+    }
+
+
+def test_probing_a_damaged_file_gives_the_same_answer_every_time() -> None:
+    """Decoding single-threaded: a file damaged in a few places is accepted or rejected, the same way in
+    every run (threaded decoding let frame-thread timing decide), so re-runs stay byte-identical."""
+    data = encode(moving_frames(48, 64, 48))
+    for offset in range(len(data) // 8, len(data), len(data) // 8):
+        damaged = bytearray(data)
+        damaged[offset : offset + 64] = bytes(64)
+        outcomes = set()
+        for _ in range(8):
+            try:
+                outcomes.add(repr(probe_video(bytes(damaged))))
+            except VideoDecodeError as err:
+                outcomes.add(str(err))
+        assert len(outcomes) == 1, f"damage at byte {offset}: {outcomes}"

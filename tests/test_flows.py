@@ -13,7 +13,7 @@ from prefect.client.orchestration import get_client
 from prefect.flows import load_flow_from_entrypoint
 from prefect.testing.utilities import prefect_test_harness
 
-from vidtx.config import PipelineConfig, load_config
+from vidtx.config import ConfigError, PipelineConfig, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -99,6 +99,21 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     assert [(point.step, point.value) for point in resumed] == [(6, 6.0)]
     assert again.model_version == "2"
     assert "challenger" in again.aliases
+
+
+def test_video_pipeline_checks_the_model_and_the_evaluation_split_before_training(tmp_path: Path) -> None:
+    from flows.pipeline import video_pipeline
+
+    config = pipeline_config(tmp_path)
+    config.data.crop_size = 28  # not a multiple of the patch size (8)
+    with pytest.raises(ConfigError, match=r"data.crop_size=28.*not a multiple of patch_size 8"):
+        video_pipeline(config)
+    assert not (tmp_path / "shards").exists()  # before any sharding
+    config = pipeline_config(tmp_path)
+    config.synth.videos_per_class = {"train": 2, "val": 1}  # no test split: eval.split is test
+    with pytest.raises(FileNotFoundError, match=r"eval.split 'test': .*\(splits there: train, val\)"):
+        video_pipeline(config)
+    assert not (tmp_path / "ray").exists()  # before any training
 
 
 def test_deployments_validate_and_expose_the_config_form() -> None:

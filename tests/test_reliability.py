@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import tarfile
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -14,9 +16,11 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from vidtx.config import DataConfig, PipelineConfig
+from vidtx.config import DataConfig, PipelineConfig, load_config
 from vidtx.data.loader import build_eval_loader
 from vidtx.manifest import Manifest, ShardInfo
+from vidtx.stages.evaluate import evaluate_trained
+from vidtx.stages.trained_model import TrainedRun
 from vidtx.tracking.runs import TrackingUnavailableError, connect, start_or_resume_run
 from vidtx.train.launcher import train
 
@@ -117,3 +121,47 @@ def test_tar_members_with_absolute_or_parent_paths_are_never_written_to_disk(
     assert sum(len(labels) for _, labels, _ in batches) >= 1  # read, in memory
     assert not escape.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.mp4", "shards"]
+
+
+def test_missing_training_and_evaluation_splits_fail_before_any_compute(
+    synthetic_shards: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, shards = synthetic_shards
+    overrides = [f"data.shards={shards}", f"workdir={tmp_path}", f"train.storage_path={tmp_path}/ray"]
+    config = load_config(None, [*overrides, "data.train_split=training"])
+    started = time.monotonic()
+    with pytest.raises(
+        FileNotFoundError, match=r"data.train_split 'training': .*\(splits there: train, val\)"
+    ):
+        train(config, run_name="no-train-split")
+    assert time.monotonic() - started < 10  # before Ray starts
+    assert sorted(tmp_path.iterdir()) == []  # no tracking store, no checkpoint folder
+    config = load_config(None, [*overrides, "eval.split=test"])
+    absent = TrainedRun(str(tmp_path / "no-checkpoint"), None, None, connect(f"sqlite:///{tmp_path}/m.db"))
+    with pytest.raises(
+        FileNotFoundError, match=r"eval.split 'test': no test.manifest.json .*shard that split"
+    ):
+        evaluate_trained(config, absent)  # named before the (missing) checkpoint is read
+
+
+@pytest.mark.slow
+def test_a_dataset_without_a_validation_split_trains_with_one_warning(
+    tiny_dataset: PipelineConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It used to train every step, then die at the final validation inside the Ray workers."""
+    config = tiny_dataset.model_copy(deep=True)
+    config.workdir, config.data.val_split = tmp_path, "validation"  # the shards have train and val
+    config.train = config.train.model_copy(
+        update={"storage_path": str(tmp_path / "ray"), "max_steps": 2, "checkpoint_every": 2}
+    )
+    with caplog.at_level(logging.WARNING, logger="vidtx.train.splits"):
+        result = train(config, run_name="no-val")
+    warnings = [record.getMessage() for record in caplog.records if record.name == "vidtx.train.splits"]
+    assert warnings == [
+        f"data.val_split 'validation' has no manifest in {config.data.shards} (splits there: train, val): "
+        "training without validation"
+    ]
+    assert result.metrics["step"] == 2
+    assert "val_top1" not in result.metrics
+    assert Path(result.checkpoint).is_dir()
+    assert result.best_checkpoint == result.checkpoint  # without a score, Ray keeps the latest

@@ -1,6 +1,7 @@
 import hashlib
 import io
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -182,6 +183,33 @@ def test_rerun_skips_finished_shards_and_rewrites_damaged_ones(
         "train-000002.tar"
     }
     assert second == first
+
+
+def test_rerun_rebuilds_exactly_the_shards_whose_source_videos_changed(
+    synthetic_shards: tuple[Path, Path], tmp_path: Path
+) -> None:
+    videos, _ = synthetic_shards
+    shutil.copytree(videos, tmp_path / "videos")
+    cfg = ShardConfig(
+        source=tmp_path / "videos" / "annotations.csv",
+        output=tmp_path / "shards",
+        max_samples_per_shard=5,
+        processes=1,
+        splits=["train"],
+    )
+    shard_dataset(cfg)
+    stamps = {p.name: p.stat().st_mtime_ns for p in cfg.output.glob("*.tar")}
+    shard_dataset(cfg)  # nothing changed: nothing rewritten
+    assert {p.name: p.stat().st_mtime_ns for p in cfg.output.glob("*.tar")} == stamps
+
+    first, second = plan_shards(cfg)[:2]
+    replaced, replacement = Path(second.items[0].path), Path(first.items[0].path)
+    replaced.write_bytes(replacement.read_bytes())  # the source fixed or replaced in place
+    shard_dataset(cfg)
+    rewritten = {name for name, stamp in stamps.items() if (cfg.output / name).stat().st_mtime_ns != stamp}
+    assert rewritten == {second.name}
+    sample = members(cfg.output / second.name)[f"{second.items[0].key}.mp4"]
+    assert sample == replacement.read_bytes()
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import json
 import logging
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -16,6 +17,7 @@ import typer
 from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
 from vidtx.env import apply_defaults
 from vidtx.log import setup_logging
+from vidtx.processes import TerminatedError
 
 app = typer.Typer(
     name="vidtx",
@@ -44,7 +46,7 @@ CheckpointOpt = Annotated[
 ]
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
+def fail(message: str, code: int = 2) -> NoReturn:  # one line, no traceback
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
@@ -99,14 +101,13 @@ def shard(
     """Probe, filter and write a video dataset into WebDataset shards
     (e.g. --set shard.format=folder --set shard.processes=4 --set shard.reencode.short_side=256)."""
     from vidtx.manifest import manifest_path
+    from vidtx.shard.report import shard_summary
     from vidtx.shard.writer import shard_dataset
 
     cfg = load(config, overrides, {"shard.source": source, "shard.output": output}).shard
-    for split, manifest in shard_dataset(cfg).items():
-        typer.echo(
-            f"{split}: {manifest.num_samples} samples in {len(manifest.shards)} shards, "
-            f"{len(manifest.rejects)} rejected -> {manifest_path(cfg.output, split)}"
-        )
+    for split, manifest in (manifests := shard_dataset(cfg)).items():
+        typer.echo(f"{manifest.summary()} -> {manifest_path(cfg.output, split)}")
+    typer.echo(shard_summary(cfg.output, manifests))
 
 
 @app.command()
@@ -134,12 +135,10 @@ def train(
     """Train with Ray Train + DeepSpeed (local Ray, or a cluster via RAY_ADDRESS / train.cluster.address).
 
     The same train.run_name and storage path resume a stopped run from its latest checkpoint."""
+    from vidtx.tracking.runs import parse_tags
     from vidtx.train.launcher import train as run_training
 
-    if bad := [tag for tag in tags or [] if not tag.partition("=")[0] or "=" not in tag]:
-        fail(f"--tag {bad[0]}: expected KEY=VALUE")
-    pairs = dict(tag.split("=", 1) for tag in tags or [])
-    typer.echo(run_training(load(config, overrides), tags=pairs).summary())
+    typer.echo(run_training(load(config, overrides), tags=parse_tags(tags or [])).summary())
 
 
 @app.command()
@@ -175,19 +174,18 @@ def predict(
     videos: Annotated[list[Path], typer.Argument(help="Video files (MP4 or any container FFmpeg reads).")],
     model: Annotated[str, typer.Option(help="Registered model URI.")] = "models:/vidtx-xvit-demo@champion",
     tracking_uri: Annotated[
-        str | None, typer.Option(help="MLflow URI (default: MLFLOW_TRACKING_URI).")
+        str | None, typer.Option(help="MLflow URI (default: $MLFLOW_TRACKING_URI).")
     ] = None,
     top_k: Annotated[int, typer.Option(help="Classes to print per video.")] = 5,
     overrides: OverridesOpt = None,
 ) -> None:
     """Top classes with probabilities for video files, from a registered model (the multi-view test of
     the model's own config; e.g. --set eval.num_crops=1)."""
-    from vidtx.stages.predict import predict_with_registered_model
+    from vidtx.stages.predict import predict_files
 
-    for prediction in predict_with_registered_model(model, videos, tracking_uri, overrides or [], top_k):
-        typer.echo(prediction.video)
-        for name, probability in prediction.top:
-            typer.echo(f"  {probability:6.1%}  {name}")
+    errors = partial(typer.echo, err=True)
+    if failed := predict_files(model, videos, tracking_uri, overrides or [], top_k, typer.echo, errors):
+        fail(f"{failed} of {len(videos)} videos could not be read", 1)
 
 
 @app.command()
@@ -237,10 +235,13 @@ def plan(
 
 
 def main() -> None:
-    # Errors of the input (a config, a dataset, a path) end in one line: exit code 2 for a config,
-    # 1 for the rest. With --verbose they keep their traceback.
+    # Bad input ends in one line (exit 2: config, 1: the rest; --verbose keeps the traceback);
+    # SIGTERM in one line and 143 (128 + 15, as a shell reports it).
     try:
         app()
+    except TerminatedError as err:
+        typer.echo(f"{err}; run the same command again to resume", err=True)
+        sys.exit(143)
     except (ConfigError, ValueError, FileNotFoundError) as err:
         if logging.getLogger().level <= logging.DEBUG:
             raise

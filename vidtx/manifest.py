@@ -14,16 +14,30 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 MANIFEST_SUFFIX = ".manifest.json"
 # A sample of the video store holds the video under its container's extension (mp4 after a re-encode);
 # one of the frames store holds the JPEG frames back to back under FRAMES_MEMBER, their byte offsets
 # in its json ("offsets", one per frame plus the end).
-VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v")
+VIDEO_EXTENSIONS = (
+    *(".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v"),
+    # containers people have that PyAV decodes (tested: MPEG-TS, MPEG-PS, 3GP, FLV, ASF, Ogg)
+    *(".ts", ".mpg", ".mpeg", ".3gp", ".flv", ".wmv", ".ogv"),
+)
 FRAMES_MEMBER = "frames"
+
+
+def recorded_name(text: str) -> str:
+    """Python keeps the bytes of a file name that are not UTF-8 as lone surrogates, which JSON cannot
+    hold; they become `\\xNN` escapes (`\\xffclip.mp4`), readable and unambiguous."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+# A file name or key as recorded in JSON (a manifest, a rejects list, a sample's json): any name on disk.
+RecordedName = Annotated[str, AfterValidator(recorded_name)]
 
 
 class ShardInfo(BaseModel):
@@ -42,8 +56,8 @@ class Reject(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    key: str  # the video's key in the source dataset (not a tar sample key)
-    path: str  # source path, relative to the dataset root when possible
+    key: RecordedName  # the video's key in the source dataset (not a tar sample key)
+    path: RecordedName  # source path, relative to the dataset root when possible
     label: int  # label id; -1 when the annotation names no known class
     reason: str  # "<kind>: <detail>" or "<kind> (<detail>)"; see `reason_kind`
 
@@ -84,6 +98,11 @@ class Manifest(BaseModel):
     @property
     def label_map(self) -> dict[str, int]:
         return {name: index for index, name in enumerate(self.class_names)}
+
+    def summary(self) -> str:
+        """One line for people: what the split holds and what was left out."""
+        rejected = len(self.rejects)
+        return f"{self.split}: {self.num_samples} samples in {len(self.shards)} shards, {rejected} rejected"
 
     def shard_urls(self, root: Path | None = None) -> list[str]:
         """Paths of the tars, in order (`root` defaults to the folder the manifest was loaded from)."""

@@ -36,20 +36,27 @@ def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     if path in seen:
         raise ConfigError(f"{path}: include cycle through {' -> '.join(map(str, seen))}")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config ({err.strerror})") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML ({err})".replace("\n", " ")) from err
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(raw).__name__}")
-    includes = raw.pop("include", [])
-    if isinstance(includes, str):
-        includes = [includes]
     merged: dict[str, Any] = {}
-    for include in includes:
+    for include in _includes(path, raw.pop("include", [])):
         merged = deep_merge(merged, _read_yaml(path.parent / include, (*seen, path)))
     return deep_merge(merged, raw)
+
+
+def _includes(path: Path, value: Any) -> list[str]:
+    """The file names of an `include:` entry: one name, a list of names, or nothing (empty)."""
+    names = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(name, str) and name for name in names):
+        raise ConfigError(f"{path}: include: expected a file name or a list of file names, got {value!r}")
+    return names
 
 
 def _describe(detail: Mapping[str, Any], source: str, overrides: list[str]) -> str:

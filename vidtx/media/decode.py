@@ -8,9 +8,11 @@ decoder (FFmpeg's scaler), which is far cheaper than resizing full-size frames a
 
 from __future__ import annotations
 
+import contextlib
 import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol
 
 import av
@@ -18,6 +20,7 @@ import decord
 import numpy as np
 
 Backend = Literal["auto", "decord", "pyav"]
+VideoSource = bytes | Path  # encoded video in memory, or a file read as a stream (never whole)
 
 
 class VideoDecodeError(RuntimeError):
@@ -70,7 +73,7 @@ class PyAVVideo:
 
     def __init__(self, data: bytes, *, width: int = -1, height: int = -1) -> None:
         self._data = data
-        self._size = {"width": width, "height": height} if width > 0 and height > 0 else {}
+        self._size = (width, height) if width > 0 and height > 0 else None  # upright, as shown
         try:
             with av.open(io.BytesIO(data)) as container:
                 stream = container.streams.video[0]
@@ -88,7 +91,7 @@ class PyAVVideo:
             with av.open(io.BytesIO(self._data)) as container:
                 for index, frame in enumerate(container.decode(video=0)):
                     if index in wanted:
-                        decoded[index] = frame.to_ndarray(format="rgb24", **self._size)
+                        decoded[index] = upright_rgb(frame, self._size)
                     if len(decoded) == len(wanted):
                         break
         except av.FFmpegError as err:
@@ -97,6 +100,21 @@ class PyAVVideo:
         if missing:
             raise VideoDecodeError(f"frames {sorted(missing)[:3]} are past the end ({len(decoded)} decoded)")
         return np.stack([decoded[int(i)] for i in indices])
+
+
+def quarter_turns(frame: av.VideoFrame) -> int:
+    """Counter-clockwise quarter turns that show a frame upright: its display matrix (phone videos
+    are stored sideways with a rotation to apply), as players and decord show it."""
+    return round(frame.rotation / 90) % 4
+
+
+def upright_rgb(frame: av.VideoFrame, size: tuple[int, int] | None = None) -> np.ndarray:
+    """A decoded frame as RGB uint8 (H, W, 3), turned upright, at `size` (width, height) as shown."""
+    turns = quarter_turns(frame)
+    if size is not None and turns % 2:
+        size = size[::-1]  # scale the stored (sideways) picture to the turned size
+    image = frame.to_ndarray(format="rgb24", **({"width": size[0], "height": size[1]} if size else {}))
+    return np.ascontiguousarray(np.rot90(image, turns)) if turns else image
 
 
 def scaled_size(width: int, height: int, short_side: int) -> tuple[int, int]:
@@ -159,19 +177,24 @@ def _video_stream(container: av.container.InputContainer) -> av.video.stream.Vid
     return container.streams.video[0]
 
 
-def _open(data: bytes) -> av.container.InputContainer:
-    if not data:
-        raise VideoDecodeError("empty file")
-    try:
-        return av.open(io.BytesIO(data))
-    except av.FFmpegError as err:
-        raise VideoDecodeError(f"not a readable video container ({err.strerror or err})") from err
-
-
-def check_container(data: bytes) -> None:
-    """Fail fast on what is not a video at all (decord would log the whole byte string on failure)."""
-    with _open(data) as container:
-        _video_stream(container)
+@contextlib.contextmanager
+def open_container(source: VideoSource) -> Iterator[av.container.InputContainer]:
+    """PyAV's container of a video in memory or in a file (read as FFmpeg asks, never whole; a file
+    object rather than its name, so any file name works). Raises VideoDecodeError."""
+    with contextlib.ExitStack() as stack:
+        if isinstance(source, bytes):
+            if not source:
+                raise VideoDecodeError("empty file")
+            stream: io.IOBase = io.BytesIO(source)
+        else:
+            stream = stack.enter_context(source.open("rb"))
+            if source.stat().st_size == 0:
+                raise VideoDecodeError("empty file")
+        try:
+            container = stack.enter_context(av.open(stream))
+        except av.FFmpegError as err:
+            raise VideoDecodeError(f"not a readable video container ({err.strerror or err})") from err
+        yield container
 
 
 def _decoded(decoder: av.CodecContext, packets: list[av.Packet]) -> Iterator[av.VideoFrame]:
@@ -181,13 +204,14 @@ def _decoded(decoder: av.CodecContext, packets: list[av.Packet]) -> Iterator[av.
     yield from decoder.decode(None)
 
 
-def probe_video(data: bytes) -> VideoInfo:
+def probe_video(source: VideoSource) -> VideoInfo:
     """Frame count, frame rate and size of a video, proven readable at the least cost: the container
     opens and holds a video stream, every packet of it can be read (a cut file ends early), and the
     first frame and the last keyframe decode. Single-threaded PyAV, so the same bytes always give the
     same answer. Costs a demux and two decoded frames, where decoding the last frame could cost a
-    whole group of pictures (up to the whole video)."""
-    with _open(data) as container:
+    whole group of pictures (up to the whole video). The size is the upright one (display matrix
+    applied), as the decoders return frames."""
+    with open_container(source) as container:
         stream = _video_stream(container)
         stream.thread_count = 1
         try:
@@ -204,6 +228,9 @@ def probe_video(data: bytes) -> VideoInfo:
         if first is None or last is None:
             raise VideoDecodeError("undecodable: no frame decodes")
         rate = stream.average_rate or stream.guessed_rate
+        width, height = (
+            (first.height, first.width) if quarter_turns(first) % 2 else (first.width, first.height)
+        )
         return VideoInfo(
-            num_frames=len(packets), fps=float(rate) if rate else 0.0, width=first.width, height=first.height
+            num_frames=len(packets), fps=float(rate) if rate else 0.0, width=width, height=height
         )

@@ -16,7 +16,7 @@ import av
 import numpy as np
 
 from vidtx.config import ReencodeConfig
-from vidtx.media.decode import scaled_size
+from vidtx.media.decode import VideoSource, open_container, quarter_turns, scaled_size, upright_rgb
 
 
 def video_codec() -> str:
@@ -24,11 +24,11 @@ def video_codec() -> str:
     return "libx264" if "libx264" in av.codecs_available else "mpeg4"
 
 
-def even_size_for_short_side(width: int, height: int, short_side: int) -> tuple[int, int]:
-    """(width, height) scaled so the shorter side is `short_side` (never upscaled), both even as
-    yuv420p needs."""
+def size_for_short_side(width: int, height: int, short_side: int, *, even: bool) -> tuple[int, int]:
+    """(width, height) scaled so the shorter side is `short_side` (never upscaled); with `even`, both
+    rounded down to even numbers, as H.264 in yuv420p needs (JPEG frames keep an odd size)."""
     scaled = scaled_size(width, height, min(short_side, width, height))
-    return max(2, scaled[0] - scaled[0] % 2), max(2, scaled[1] - scaled[1] % 2)
+    return (max(2, scaled[0] - scaled[0] % 2), max(2, scaled[1] - scaled[1] % 2)) if even else scaled
 
 
 def encode_mp4(
@@ -72,18 +72,20 @@ def resampled_frames(
     short_side: int,
     fps: float | None = None,
     max_seconds: float | None = None,
+    *,
+    even: bool,
 ) -> tuple[Iterator[np.ndarray], float]:
     """The video's RGB frames (H, W, 3) with the short side scaled to `short_side` (never up; even
-    sizes), at `fps` (None: the source's rate), cut to `max_seconds`; and that frame rate. Decodes
+    sizes with `even`), at `fps` (None: the source's rate), cut to `max_seconds`; and that frame rate. Decodes
     single-threaded, as the frames come (the container must stay open while they are read)."""
     stream = container.streams.video[0]
     stream.thread_count = 1
     source_fps = float(stream.average_rate or stream.guessed_rate or 25)
     fps = fps or source_fps
-    width, height = even_size_for_short_side(stream.width, stream.height, short_side)
 
     def frames() -> Iterator[np.ndarray]:
         start: float | None = None
+        size: tuple[int, int] | None = None  # (width, height) upright, from the first frame
         slot = 0  # output frame `slot` shows the first source frame at or after slot / fps
         for index, frame in enumerate(container.decode(stream)):
             time = frame.time if frame.time is not None else index / source_fps
@@ -91,7 +93,12 @@ def resampled_frames(
             time -= start
             if max_seconds is not None and time >= max_seconds:
                 return
-            image = frame.to_ndarray(format="rgb24", width=width, height=height)
+            if size is None:
+                shown = (
+                    (frame.height, frame.width) if quarter_turns(frame) % 2 else (frame.width, frame.height)
+                )
+                size = size_for_short_side(*shown, short_side, even=even)
+            image = upright_rgb(frame, size)  # the output is upright and carries no rotation
             while slot / fps <= time + 1e-6:
                 yield image
                 slot += 1
@@ -99,9 +106,10 @@ def resampled_frames(
     return frames(), fps
 
 
-def reencode(data: bytes, cfg: ReencodeConfig) -> bytes:
+def reencode(source: VideoSource, cfg: ReencodeConfig) -> bytes:
     """Transcode a video to H.264 MP4 with a smaller short side, an optional new frame rate and cut,
-    and a short keyframe interval, so that sparse frame sampling decodes few frames. Audio is dropped."""
-    with av.open(io.BytesIO(data)) as container:
-        frames, fps = resampled_frames(container, cfg.short_side, cfg.fps, cfg.max_seconds)
+    and a short keyframe interval, so that sparse frame sampling decodes few frames. Audio is dropped;
+    a rotated video is written upright."""
+    with open_container(source) as container:
+        frames, fps = resampled_frames(container, cfg.short_side, cfg.fps, cfg.max_seconds, even=True)
         return encode_mp4(frames, fps, crf=cfg.crf, keyframe_interval=cfg.keyframe_interval)

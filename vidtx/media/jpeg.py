@@ -7,7 +7,6 @@ a clip decodes only its sampled frames. Encoding uses libjpeg-turbo (through sim
 
 from __future__ import annotations
 
-import io
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ import av
 import numpy as np
 import simplejpeg
 
-from vidtx.media.decode import VideoDecodeError
+from vidtx.media.decode import VideoDecodeError, VideoSource, open_container
 from vidtx.media.encode import resampled_frames
 
 
@@ -41,12 +40,12 @@ class PackedFrames:
     height: int
 
 
-def video_to_frames(data: bytes, *, short_side: int, fps: float | None, quality: int) -> PackedFrames:
+def video_to_frames(source: VideoSource, *, short_side: int, fps: float | None, quality: int) -> PackedFrames:
     """Decode a video (PyAV, single-threaded), resample it to `fps` with its short side at
-    `short_side` (never upscaled) and encode every frame as JPEG. Raises VideoDecodeError."""
+    `short_side` (never upscaled), upright, and encode every frame as JPEG. Raises VideoDecodeError."""
     try:
-        with av.open(io.BytesIO(data)) as container:
-            frames, rate = resampled_frames(container, short_side, fps)
+        with open_container(source) as container:
+            frames, rate = resampled_frames(container, short_side, fps, even=False)
             first = next(frames, None)
             if first is None:
                 raise VideoDecodeError("undecodable: no frames")

@@ -19,6 +19,14 @@ class AnnotationError(ValueError):
     """An annotation file that cannot be used at all; the message names the file and the reason."""
 
 
+class MissingColumnsError(AnnotationError):
+    """A CSV whose header lacks required columns (`missing`)."""
+
+    def __init__(self, message: str, missing: set[str]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 def _delimiter_hint(header: Sequence[str]) -> str:
     delimiter = next((d for d in ";\t|" if len(header) == 1 and d in header[0]), None)
     return f" (the header looks {delimiter!r}-separated: use commas)" if delimiter else ""
@@ -26,18 +34,19 @@ def _delimiter_hint(header: Sequence[str]) -> str:
 
 def read_csv_rows(path: Path, required: set[str]) -> Iterator[tuple[str, dict[str, str], str | None]]:
     """(`file:line`, stripped fields by column, problem) per data row of a comma-separated file whose
-    header has the `required` columns; the problem is set when the row has the wrong number of
-    fields (missing fields read as empty)."""
+    header has the `required` columns (a leading UTF-8 byte order mark is accepted); the problem is
+    set when the row has the wrong number of fields (missing fields read as empty)."""
     try:
-        with path.open(newline="", encoding="utf-8") as file:
+        with path.open(newline="", encoding="utf-8-sig") as file:  # -sig: a leading BOM is not a column
             reader = csv.reader(file)
             header = [name.strip() for name in next(reader, [])]
             if not header:
                 raise AnnotationError(f"{path}: empty file (no header row)")
             missing = required - set(header)
             if missing:
-                raise AnnotationError(
-                    f"{path}: missing column(s) {sorted(missing)}; found {header}{_delimiter_hint(header)}"
+                raise MissingColumnsError(
+                    f"{path}: missing column(s) {sorted(missing)}; found {header}{_delimiter_hint(header)}",
+                    missing,
                 )
             for values in reader:
                 if not values:

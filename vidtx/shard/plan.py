@@ -15,8 +15,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from vidtx.config import ShardConfig
-from vidtx.shard.sources import VideoRecord, read_source
+from vidtx.config import ConfigError, ShardConfig
+from vidtx.manifest import RecordedName
+from vidtx.shard.records import normalise_split, relative_to_root
+from vidtx.shard.sources import Source, VideoRecord, read_source
 
 TAR_OVERHEAD_BYTES = 2048  # per sample: two member headers, the json member, block padding
 
@@ -27,9 +29,9 @@ class ShardItem(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     key: str  # sample key inside the tar
-    source_key: str  # the video's key in the source dataset (recorded in the sample's json)
+    source_key: RecordedName  # the video's key in the source dataset (recorded in the sample's json)
     path: str  # where to read the video
-    source: str  # path as recorded in the sample's json (relative to the dataset root when possible)
+    source: RecordedName  # path as recorded in the sample's json (relative to the dataset root when possible)
     label: int  # label id (index into ShardSpec.class_names)
     problem: str | None = None  # an annotation problem: the item is a reject without being read
 
@@ -45,7 +47,7 @@ class ShardSpec(BaseModel):
     split: str
     index: int  # shard number within the split: the NNNNNN of the tar name
     items: tuple[ShardItem, ...]  # in tar order
-    class_names: tuple[str, ...]  # the source's label map: index = label id
+    class_names: tuple[RecordedName, ...]  # the source's label map: index = label id
 
     @property
     def name(self) -> str:
@@ -64,10 +66,18 @@ class ShardSpec(BaseModel):
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
-def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
-    """Deterministic assignment of the source's videos to shards, for every requested split."""
-    source = read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=cfg.label_set())
-    splits = cfg.splits or source.splits
+def read_dataset(cfg: ShardConfig) -> Source:
+    """The dataset `cfg` names (its records and its ignored files)."""
+    return read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=cfg.label_set())
+
+
+def plan_shards(cfg: ShardConfig, source: Source | None = None) -> list[ShardSpec]:
+    """Deterministic assignment of the source's videos to shards, for every requested split
+    (`source`: the dataset when already read with `read_dataset`)."""
+    _check_output(cfg.output)
+    if source is None:
+        source = read_dataset(cfg)
+    splits = [normalise_split(split) for split in cfg.splits] if cfg.splits else source.splits
     unknown = set(splits) - set(source.splits)
     if unknown:
         raise ValueError(f"{cfg.source}: no videos in split(s) {sorted(unknown)}; found {source.splits}")
@@ -81,7 +91,7 @@ def plan_shards(cfg: ShardConfig) -> list[ShardSpec]:
                     key=f"{index:06d}{position:06d}",
                     source_key=record.key,
                     path=str(record.path),
-                    source=_relative(record.path, source.root),
+                    source=relative_to_root(record.path, source.root),
                     label=record.label,
                     problem=record.problem,
                 )
@@ -108,5 +118,9 @@ def _pack(records: list[VideoRecord], max_samples: int, max_bytes: int) -> list[
     return groups
 
 
-def _relative(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+def _check_output(output: Path) -> None:
+    """ConfigError before any work when `shard.output` cannot become a folder (it, or a parent of
+    it, is a file)."""
+    existing = next(path for path in [output, *output.absolute().parents] if path.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"shard.output {output}: {existing} is a file, not a folder")

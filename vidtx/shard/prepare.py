@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import stat
 from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.connection import Connection, wait
@@ -26,9 +27,10 @@ import decord
 
 from vidtx.config import ShardConfig
 from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS
-from vidtx.media.decode import VideoDecodeError, VideoInfo, check_container, probe_video
+from vidtx.media.decode import VideoDecodeError, VideoInfo, probe_video
 from vidtx.media.encode import reencode
 from vidtx.media.jpeg import video_to_frames
+from vidtx.processes import die_with_parent
 
 
 class RejectedVideoError(Exception):
@@ -39,44 +41,63 @@ class RejectedVideoError(Exception):
 class PreparedVideo:
     """A video made ready for its shard: the sample's members and the facts its json records."""
 
-    members: dict[str, bytes]  # tar member name (without the key) -> bytes: "mp4", "webm", ... or "frames"
+    # tar member name (without the key) -> its bytes, or the file to stream into it (a copied video
+    # is never read whole): "mp4", "webm", ... or "frames"
+    members: dict[str, bytes | Path]
     info: VideoInfo  # of what is stored (after any re-encode or conversion)
     extra: dict[str, Any]  # store-specific json fields: the frames store's byte offsets
 
 
-def _read(path: Path) -> bytes:
-    if not path.exists():
-        raise RejectedVideoError("missing: file not found")
+def _check_file(path: Path, max_mb: float) -> None:
+    """A readable regular file no larger than `max_mb`, or a RejectedVideoError saying why not."""
     try:
-        return path.read_bytes()
+        status = path.stat()
+        if stat.S_ISDIR(status.st_mode):
+            raise RejectedVideoError("unreadable: a folder named like a video")
+        if not stat.S_ISREG(status.st_mode):  # a FIFO (whose read would block), a socket, a device
+            raise RejectedVideoError("unreadable: not a regular file")
+        with path.open("rb"):
+            pass
+    except FileNotFoundError as err:
+        raise RejectedVideoError("missing: file not found") from err
     except OSError as err:
         raise RejectedVideoError(f"unreadable: {err.strerror or err}") from err
+    size = status.st_size
+    if size > max_mb * 1e6:
+        raise RejectedVideoError(f"too large: {size / 1e6:,.0f} MB > shard.max_video_mb {max_mb:g}")
 
 
-def _as_frames(data: bytes, cfg: ShardConfig) -> PreparedVideo:
-    check_container(data)
-    frames = video_to_frames(data, short_side=cfg.short_side, fps=cfg.fps, quality=cfg.jpeg_quality)
+def _source_size(path: Path) -> dict[str, int]:
+    """The upright size of the source video, recorded beside the stored (scaled, even) one; probing
+    it first also proves the file readable before it is decoded in full."""
+    info = probe_video(path)
+    return {"source_width": info.width, "source_height": info.height}
+
+
+def _as_frames(path: Path, cfg: ShardConfig) -> PreparedVideo:
+    source = _source_size(path)
+    frames = video_to_frames(path, short_side=cfg.short_side, fps=cfg.fps, quality=cfg.jpeg_quality)
     info = VideoInfo(len(frames.offsets) - 1, frames.fps, frames.width, frames.height)
-    return PreparedVideo({FRAMES_MEMBER: frames.data}, info, {"offsets": frames.offsets})
+    return PreparedVideo({FRAMES_MEMBER: frames.data}, info, {"offsets": frames.offsets, **source})
 
 
-def _as_video(data: bytes, suffix: str, cfg: ShardConfig) -> PreparedVideo:
-    extension = suffix if suffix in VIDEO_EXTENSIONS else ".mp4"
-    if cfg.reencode is not None:
-        check_container(data)
-        try:
-            data = reencode(data, cfg.reencode)
-        except (av.FFmpegError, ValueError) as err:
-            raise VideoDecodeError(f"re-encode failed ({err})") from err
-        extension = ".mp4"
-    return PreparedVideo({extension[1:]: data}, probe_video(data), {})
+def _as_video(path: Path, cfg: ShardConfig) -> PreparedVideo:
+    if cfg.reencode is None:
+        extension = path.suffix.lower() if path.suffix.lower() in VIDEO_EXTENSIONS else ".mp4"
+        return PreparedVideo({extension[1:]: path}, probe_video(path), {})
+    source = _source_size(path)
+    try:
+        data = reencode(path, cfg.reencode)
+    except (av.FFmpegError, ValueError) as err:
+        raise VideoDecodeError(f"re-encode failed ({err})") from err
+    return PreparedVideo({"mp4": data}, probe_video(data), source)
 
 
 def prepare_video(path: Path, cfg: ShardConfig) -> PreparedVideo:
     """The sample of the video at `path` for `cfg.store`; raises RejectedVideoError with the reason."""
-    data = _read(path)
+    _check_file(path, cfg.max_video_mb)
     try:
-        return _as_frames(data, cfg) if cfg.store == "frames" else _as_video(data, path.suffix.lower(), cfg)
+        return _as_frames(path, cfg) if cfg.store == "frames" else _as_video(path, cfg)
     except VideoDecodeError as err:
         raise RejectedVideoError(str(err)) from err
 
@@ -84,6 +105,7 @@ def prepare_video(path: Path, cfg: ShardConfig) -> PreparedVideo:
 def _serve(connection: Connection) -> None:
     """The child: announce itself, then prepare each (path, shard config) received and send back the
     result or the exception, until the parent closes the pipe."""
+    die_with_parent()  # the forkserver, which exits with the process that runs the shard
     # decord's FFmpeg prints every bad packet to stderr; the reject reason already says it in one line.
     decord.logging.set_level(decord.logging.FATAL)
     connection.send(None)
@@ -93,9 +115,13 @@ def _serve(connection: Connection) -> None:
         except EOFError:
             return
         try:
-            connection.send(prepare_video(path, cfg))
+            result: PreparedVideo | Exception = prepare_video(path, cfg)
         except Exception as err:  # sent to the parent, which re-raises it
-            connection.send(err)
+            result = err
+        try:
+            connection.send(result)
+        except BrokenPipeError:  # the shard's process was stopped: nobody waits for the answer
+            return
 
 
 def _exit_description(exitcode: int | None) -> str:

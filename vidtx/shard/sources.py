@@ -2,7 +2,8 @@
 
 Formats (`DatasetFormat`):
 
-* folder: `ROOT/<split>/<class>/<video>` or, without splits, `ROOT/<class>/<video>` (all "train").
+* folder: `ROOT/<split>/<class>/<video>` or, without splits, `ROOT/<class>/<video>` (all "train");
+  see `folder.py` for how the layout is decided and what is ignored.
 * kinetics: the Kinetics CSVs (`label,youtube_id,time_start,time_end,split`), one file or a folder of
   them; a video is found by its file stem `<youtube_id>_<start:06d>_<end:06d>` (or `<youtube_id>`)
   anywhere under the video root.
@@ -10,7 +11,12 @@ Formats (`DatasetFormat`):
   `*validation.json`; the label of a video is its template with the brackets removed, and the video
   is `<id>.webm` (or any video extension) anywhere under the video root.
 * csv: a generic CSV with a header holding `path` and `label` (and optionally `split`, default
-  "train"); paths are relative to the video root.
+  "train"); paths are relative to the video root, and must stay inside it.
+
+Split names are normalised ("Train " is "train"). Paths from annotations that lead outside the video
+root ("../x", "/elsewhere/x", an SSv2 id "../../x") are row rejects. A dataset with no video and no
+row at all is an error (`NothingToShardError`). A Kinetics folder's CSV without a label column (a
+test split) is skipped with a warning and listed in `Source.ignored`.
 
 The video root defaults to the annotation file's folder.
 
@@ -22,139 +28,84 @@ listed video that is missing ("missing"), so one bad row never stops a job or go
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import logging
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vidtx.config import DatasetFormat
-from vidtx.manifest import VIDEO_EXTENSIONS
-from vidtx.shard.annotations import AnnotationError, empty_field_problem, read_csv_rows, read_json
+from vidtx.config import ConfigError, DatasetFormat
+from vidtx.shard.annotations import (
+    AnnotationError,
+    MissingColumnsError,
+    empty_field_problem,
+    read_csv_rows,
+    read_json,
+)
+from vidtx.shard.folder import read_folder, walk
+from vidtx.shard.records import (
+    UNLABELLED,
+    Ignored,
+    Row,
+    Source,
+    VideoRecord,
+    inside_root,
+    labelled,
+    normalise_split,
+    outside_root_problem,
+    unique_keys,
+)
 
-UNLABELLED = -1  # the label of a record whose row names no known class
+__all__ = ["UNLABELLED", "NothingToShardError", "Source", "VideoRecord", "read_folder", "read_source"]
 
-
-@dataclass(frozen=True)
-class VideoRecord:
-    key: str  # unique within the dataset: relative path without suffix, YouTube id + times, SSv2 id
-    path: Path
-    label: int  # UNLABELLED when the row's class is unknown
-    split: str
-    problem: str | None = None  # why the row cannot be used (reported as a reject when sharding)
-
-
-@dataclass(frozen=True)
-class Source:
-    root: Path
-    records: list[VideoRecord]
-    class_names: list[str]  # index = label id
-
-    @property
-    def label_map(self) -> dict[str, int]:
-        return {name: index for index, name in enumerate(self.class_names)}
-
-    @property
-    def splits(self) -> list[str]:
-        return sorted({record.split for record in self.records})
-
-    def split_records(self, split: str) -> list[VideoRecord]:
-        return [record for record in self.records if record.split == split]
+log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class _Row:
-    """One annotation row before labelling."""
-
-    where: str  # file:line, file[index] or relative path: where to look when it is reported
-    key: str
-    path: Path  # the video, or the annotation file when the row itself is malformed
-    class_name: str
-    split: str
-    problem: str | None = None
-
-
-def _is_video(path: Path) -> bool:
-    return path.is_file() and path.suffix.lower() in VIDEO_EXTENSIONS
+class NothingToShardError(ValueError):
+    """The dataset holds no video and no annotation row: there is nothing to shard."""
 
 
 def _index_videos(root: Path) -> dict[str, Path]:
     """Video files under `root` by file stem (the first in sorted order wins on duplicates)."""
     index: dict[str, Path] = {}
-    for path in sorted(root.rglob("*")):
-        if _is_video(path):
-            index.setdefault(path.stem, path)
+    for file in walk(root)[0]:
+        if file.kind == "file" and file.is_video:
+            index.setdefault(file.path.stem, file.path)
     return index
 
 
-def _class_order(names: Iterable[str]) -> list[str]:
-    """Sorted class names; numerically when every name is an integer ("2" before "10")."""
-    unique = set(names)
-    if unique and all(name.isdigit() for name in unique):
-        return sorted(unique, key=int)
-    return sorted(unique)
-
-
-def _labelled(
-    root: Path,
-    rows: list[_Row],
-    classes: Sequence[str] | None = None,
-    class_source: str = "the given classes",
-) -> Source:
-    """Records from rows: classes from `classes` (named `class_source` in messages) or, when None,
-    from the usable rows; a row with an unknown class or an already listed key gets its problem."""
-    class_names = (
-        list(classes) if classes is not None else _class_order(r.class_name for r in rows if not r.problem)
-    )
-    label_map = {name: index for index, name in enumerate(class_names)}
-    first_seen: dict[str, _Row] = {}
-    records = []
-    for row in rows:
-        problem = row.problem
-        if problem is None and row.class_name not in label_map:
-            problem = f"unknown label: {row.class_name!r} ({row.where}) is not in {class_source}"
-        if problem is None:
-            first = first_seen.setdefault(row.key, row)
-            if first is not row:
-                problem = f"duplicate key: {row.key!r} ({row.where}) is already listed at {first.where}"
-        label = label_map.get(row.class_name, UNLABELLED)
-        records.append(VideoRecord(row.key, row.path, label, row.split, problem))
-    return Source(root=root, records=records, class_names=class_names)
-
-
-def read_folder(root: Path, classes: Sequence[str] | None = None) -> Source:
-    class_layout = any(_is_video(f) for d in root.iterdir() if d.is_dir() for f in d.iterdir())
-    split_dirs = (
-        [(root, "train")] if class_layout else [(d, d.name) for d in sorted(root.iterdir()) if d.is_dir()]
-    )
-    rows = []
-    for split_dir, split in split_dirs:
-        for class_dir in sorted(d for d in split_dir.iterdir() if d.is_dir()):
-            for video in sorted(f for f in class_dir.iterdir() if _is_video(f)):
-                relative = video.relative_to(root)
-                rows.append(
-                    _Row(
-                        relative.as_posix(), relative.with_suffix("").as_posix(), video, class_dir.name, split
-                    )
-                )
-    return _labelled(root, rows, classes)
-
-
 def read_csv(path: Path, video_root: Path, classes: Sequence[str] | None = None) -> Source:
-    rows = []
+    parsed = []  # (where, fields, split, path relative to the video root, problem)
     for where, fields, problem in read_csv_rows(path, {"path", "label"}):
-        split = fields.get("split") or "train"
+        split = normalise_split(fields.get("split") or "train")
         problem = problem or empty_field_problem(fields, ("path", "label"), where)
-        if problem is not None:
-            rows.append(_Row(where, where, path, fields["label"], split, problem))
-            continue
-        relative = Path(fields["path"])
-        rows.append(
-            _Row(where, relative.with_suffix("").as_posix(), video_root / relative, fields["label"], split)
-        )
-    return _labelled(video_root, rows, classes)
+        relative = inside_root(fields["path"], video_root) if problem is None else None
+        if problem is None and relative is None:
+            problem = outside_root_problem(fields["path"], video_root, where)
+        parsed.append((where, fields, split, relative, problem))
+    keys = iter(unique_keys([relative for *_, relative, problem in parsed if problem is None]))
+    rows = [
+        Row(where, where, path, fields["label"], split, problem)
+        if problem
+        else Row(where, next(keys), video_root / relative, fields["label"], split)
+        for where, fields, split, relative, problem in parsed
+    ]
+    return labelled(video_root, rows, classes)
 
 
 KINETICS_COLUMNS = ("label", "youtube_id", "time_start", "time_end", "split")
+
+
+def _kinetics_times(fields: dict[str, str], where: str) -> tuple[int, int] | str:
+    """(start, end) in whole seconds, or the problem: times must be finite, >= 0 and start <= end."""
+    times = f"{fields['time_start']!r}, {fields['time_end']!r}"
+    try:
+        start, end = float(fields["time_start"]), float(fields["time_end"])
+    except ValueError:
+        return f"malformed row: {where} has times that are not numbers ({times})"
+    if not (math.isfinite(start) and math.isfinite(end) and 0 <= start <= end):
+        return f"malformed row: {where} has times that are not finite, >= 0 and start <= end ({times})"
+    return int(start), int(end)
 
 
 def _kinetics_row(
@@ -164,39 +115,64 @@ def _kinetics_row(
     problem: str | None,
     index: dict[str, Path],
     video_root: Path,
-) -> _Row:
+) -> Row:
     """The row of the video `<youtube_id>_<start:06d>_<end:06d>` (found by that stem or by the id)."""
+    split = normalise_split(fields["split"] or "train")
     problem = problem or empty_field_problem(fields, KINETICS_COLUMNS[1:], where)
-    if problem is None:
-        try:
-            start, end = int(float(fields["time_start"])), int(float(fields["time_end"]))
-        except ValueError:
-            times = f"{fields['time_start']!r}, {fields['time_end']!r}"
-            problem = f"malformed row: {where} has times that are not numbers ({times})"
-    if problem is not None:
-        return _Row(where, where, file, fields["label"], fields["split"] or "train", problem)
-    stem = f"{fields['youtube_id']}_{start:06d}_{end:06d}"
+    times = _kinetics_times(fields, where) if problem is None else problem
+    if isinstance(times, str):
+        return Row(where, where, file, fields["label"], split, times)
+    stem = f"{fields['youtube_id']}_{times[0]:06d}_{times[1]:06d}"
+    if inside_root(f"{stem}.mp4", video_root) is None:
+        problem = outside_root_problem(fields["youtube_id"], video_root, where)
+        return Row(where, where, file, fields["label"], split, problem)
     video = index.get(stem) or index.get(fields["youtube_id"]) or video_root / f"{stem}.mp4"
-    return _Row(where, stem, video, fields["label"], fields["split"])
+    return Row(where, stem, video, fields["label"], split)
+
+
+def _kinetics_file_rows(
+    file: Path, in_folder: bool
+) -> tuple[list[tuple[str, dict[str, str], str | None]], Ignored | None]:
+    """The rows of one Kinetics CSV; in a folder of them, a CSV without a label column (the Kinetics
+    test split) is skipped with a warning, as `Ignored`, instead of failing the whole dataset."""
+    try:
+        return list(read_csv_rows(file, set(KINETICS_COLUMNS))), None
+    except MissingColumnsError as err:
+        if not in_folder or err.missing != {"label"}:
+            raise
+    reason = "no 'label' column: unlabelled rows (a test split?) cannot be trained or evaluated on"
+    log.warning("skipping %s: %s", file, reason)
+    return [], Ignored(file, reason)
 
 
 def read_kinetics(path: Path, video_root: Path, classes: Sequence[str] | None = None) -> Source:
     files = sorted(path.glob("*.csv")) if path.is_dir() else [path]
     index = _index_videos(video_root)
-    rows = []
+    rows, ignored = [], []
     for file in files:
-        for where, fields, problem in read_csv_rows(file, set(KINETICS_COLUMNS)):
+        file_rows, skipped = _kinetics_file_rows(file, path.is_dir())
+        ignored.extend([skipped] if skipped else [])
+        for where, fields, problem in file_rows:
             if fields["label"] or problem:  # unlabelled test rows cannot be trained or evaluated on
                 rows.append(_kinetics_row(file, where, fields, problem, index, video_root))
-    return _labelled(video_root, rows, classes)
+    return labelled(video_root, rows, classes, ignored=ignored)
+
+
+def _class_id(value: object) -> int:
+    """A class id of the SSv2 label file: an integer or a string of one ("2"); 2.9 or True are not."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return int(value)
+    raise ValueError(f"{value!r} is not an integer")
 
 
 def _ssv2_classes(labels_file: Path) -> list[str]:
     """Templates ordered by their id in the label file (`{"<template>": "<id>", ...}`)."""
     labels = read_json(labels_file, dict)
     try:
-        ids = {name: int(value) for name, value in labels.items()}
-    except (TypeError, ValueError) as err:
+        ids = {name: _class_id(value) for name, value in labels.items()}
+    except ValueError as err:
         raise AnnotationError(f"{labels_file}: every class id must be an integer ({err})") from err
     if len(set(ids.values())) != len(ids):
         raise AnnotationError(f"{labels_file}: class ids are not distinct")
@@ -205,17 +181,19 @@ def _ssv2_classes(labels_file: Path) -> list[str]:
 
 def _ssv2_row(
     entry: Any, list_file: Path, where: str, split: str, index: dict[str, Path], video_root: Path
-) -> _Row:
+) -> Row:
     if not (
         isinstance(entry, dict)
         and isinstance(entry.get("id"), str)
         and isinstance(entry.get("template"), str)
     ):
         problem = f"malformed row: {where} is not an object with string 'id' and 'template'"
-        return _Row(where, where, list_file, "", split, problem)
+        return Row(where, where, list_file, "", split, problem)
     name = entry["template"].replace("[", "").replace("]", "")
+    if inside_root(f"{entry['id']}.webm", video_root) is None:
+        return Row(where, where, list_file, name, split, outside_root_problem(entry["id"], video_root, where))
     video = index.get(entry["id"]) or video_root / f"{entry['id']}.webm"
-    return _Row(where, entry["id"], video, name, split)
+    return Row(where, entry["id"], video, name, split)
 
 
 def read_ssv2(path: Path, video_root: Path) -> Source:
@@ -231,7 +209,15 @@ def read_ssv2(path: Path, video_root: Path) -> Source:
         for list_file in sorted(folder.glob(f"*{split}.json"))
         for position, entry in enumerate(read_json(list_file, list))
     ]
-    return _labelled(video_root, rows, classes, labels_file.name)
+    return labelled(video_root, rows, classes, labels_file.name)
+
+
+def _nothing_to_shard(path: Path, source: Source) -> NothingToShardError:
+    detail = ""
+    if source.ignored:
+        first = source.ignored[0]
+        detail = f"; {len(source.ignored)} file(s) ignored, e.g. {first.path} ({first.reason})"
+    return NothingToShardError(f"{path}: nothing to shard: no videos or annotation rows found{detail}")
 
 
 def read_source(
@@ -250,11 +236,28 @@ def read_source(
         raise FileNotFoundError(f"{path}: no such dataset")
     if format == "ssv2" and classes is not None:
         raise ValueError("ssv2 takes its classes from its *labels.json; do not pass classes")
-    if format == "folder":
-        return read_folder(path, classes)
+    _check_layout(path, format)
     root = Path(video_root) if video_root is not None else (path if path.is_dir() else path.parent)
-    if format == "csv":
-        return read_csv(path, root, classes)
-    if format == "kinetics":
-        return read_kinetics(path, root, classes)
-    return read_ssv2(path, root)
+    if format == "folder":
+        source = read_folder(path, classes)
+    elif format == "csv":
+        source = read_csv(path, root, classes)
+    elif format == "kinetics":
+        source = read_kinetics(path, root, classes)
+    else:
+        source = read_ssv2(path, root)
+    if not source.records:
+        raise _nothing_to_shard(path, source)
+    return source
+
+
+def _check_layout(path: Path, format: DatasetFormat) -> None:
+    """ConfigError when the source is a file where `format` reads a folder or the other way round
+    (the default format, csv, given a folder of class folders is the usual case)."""
+    if format == "folder" and not path.is_dir():
+        raise ConfigError(f"shard.source {path}: a file, but shard.format=folder reads a dataset folder")
+    if format == "csv" and path.is_dir():
+        raise ConfigError(
+            f"shard.source {path}: a folder, but shard.format is csv (the default), which reads an "
+            "annotation file: set shard.format=folder for a folder of class folders"
+        )

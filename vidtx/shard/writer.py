@@ -8,7 +8,8 @@ shard); `shard_dataset` does the same with a process pool.
   writes the good ones with `webdataset.TarWriter` to `<name>.tmp`, renames it when complete, writes
   `<name>.stats.json` (the completion marker, holding the shard's counts and rejects). Tar members
   carry fixed mtime/owner/mode, so the same input gives byte-identical tars. A shard whose marker
-  matches the plan and whose tar still has the recorded sha256 is skipped.
+  matches the plan and the source files (size and mtime) and whose tar still has the recorded
+  sha256 is skipped.
 * `finalize_split` writes `<split>.rejects.jsonl` and then `<split>.manifest.json`; loaders read the
   manifest, so a killed run is never mistaken for a complete one.
 
@@ -18,13 +19,15 @@ No single video or annotation row stops the job: bad ones are rejects with a rea
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import logging
 import os
+import tarfile
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
-from multiprocessing import get_context
+from multiprocessing import current_process, get_context
 from pathlib import Path
 
 import webdataset as wds
@@ -41,8 +44,10 @@ from vidtx.manifest import (
     manifest_path,
     reason_counts,
 )
-from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards
+from vidtx.processes import die_with_parent, sigterm_raises
+from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards, read_dataset
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
+from vidtx.shard.report import write_ignored
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +68,28 @@ class ShardResult(BaseModel):
     counts_per_class: dict[str, int]  # written videos per class name (classes with none omitted)
     rejects: list[Reject]
     class_names: list[str]  # the plan's label map, so finalizing needs nothing but the results
-    fingerprint: str  # `ShardSpec.fingerprint`: the plan and processing the tar was written from
+    fingerprint: str  # `shard_fingerprint`: the plan, processing and source files the tar was written from
 
 
 def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Path:
     return cfg.output / spec.name.replace(".tar", ".stats.json")
+
+
+def _file_state(path: Path) -> tuple[int, int] | None:
+    """(size, modification time in ns) of a file, None when it cannot be read: what make and rsync
+    compare to decide that a file changed, without reading it."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def shard_fingerprint(spec: ShardSpec, cfg: ShardConfig) -> str:
+    """The plan and processing of a shard (`ShardSpec.fingerprint`) and the state of each of its
+    source files: a re-run rebuilds a shard when a video in it was fixed, replaced or removed."""
+    sources = [_file_state(Path(item.path)) for item in spec.items]
+    return hashlib.sha256(json.dumps([spec.fingerprint(cfg), sources]).encode()).hexdigest()
 
 
 def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResult | None:
@@ -82,7 +104,7 @@ def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResul
 
 def _sample(
     item: ShardItem, spec: ShardSpec, cfg: ShardConfig, preparer: VideoPreparer
-) -> dict[str, str | bytes]:
+) -> dict[str, str | bytes | Path]:
     """The tar members of one video, after probing (and re-encoding); raises RejectedVideoError."""
     if item.problem is not None:
         raise RejectedVideoError(item.problem)
@@ -107,10 +129,30 @@ def _sample(
     return {"__key__": item.key, **video.members, "json": json.dumps(meta, sort_keys=True).encode()}
 
 
+def _write_sample(writer: wds.TarWriter, sample: dict[str, str | bytes | Path]) -> None:
+    """`writer.write(sample)`, except that a member given as a file is streamed from disk rather than
+    read whole (a video can be larger than memory), with the header fields TarWriter gives."""
+    if not any(isinstance(content, Path) for content in sample.values()):
+        writer.write(sample)
+        return
+    key = sample["__key__"]
+    for name in sorted(name for name in sample if name != "__key__"):
+        content = sample[name]
+        info = tarfile.TarInfo(f"{key}.{name}")
+        info.mtime, info.mode, info.uname, info.gname = writer.mtime, writer.mode, writer.user, writer.group
+        if isinstance(content, Path):
+            info.size = content.stat().st_size
+            with content.open("rb") as file:
+                writer.tarstream.addfile(info, file)
+        else:
+            info.size = len(content)
+            writer.tarstream.addfile(info, io.BytesIO(content))
+
+
 def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
     """Write one shard (idempotent: a finished, intact shard from the same plan is not rewritten);
     a video whose probe (and re-encode) takes more than `cfg.probe_timeout_s` is rejected."""
-    fingerprint = spec.fingerprint(cfg)
+    fingerprint = shard_fingerprint(spec, cfg)
     done = _finished(spec, cfg, fingerprint)
     if done is not None:
         log.debug("%s: already complete, skipped", spec.name)
@@ -136,7 +178,7 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
                 )
                 log.warning("%s: rejected %s: %s", spec.name, item.source, err)
                 continue
-            writer.write(sample)
+            _write_sample(writer, sample)
             counts[spec.class_names[item.label]] += 1
     result = ShardResult(
         name=spec.name,
@@ -197,22 +239,37 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
     return manifest
 
 
+def _start_worker(log_level: int) -> None:
+    die_with_parent()  # the forkserver, which exits with the job
+    # A Pool marks its workers daemonic, which forbids children; each worker probes in a child of
+    # its own (killed on a timeout, dying with the worker), so this one is not a daemon.
+    current_process().daemon = False
+    setup_logging(log_level)
+
+
+def plan_dataset(cfg: ShardConfig) -> list[ShardSpec]:
+    """Read the dataset, plan its shards and write `ignored.jsonl` (what under the root is not sharded)."""
+    source = read_dataset(cfg)
+    specs = plan_shards(cfg, source)
+    write_ignored(cfg.output, source)
+    return specs
+
+
 def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
-    """Plan, write every shard with `cfg.processes` processes, and finalize every split."""
-    specs = plan_shards(cfg)
+    """Plan, write every shard with `cfg.processes` processes, and finalize every split. SIGTERM
+    stops it as `vidtx.processes.TerminatedError` with every child stopped; a re-run resumes."""
+    specs = plan_dataset(cfg)
     write = partial(write_shard, cfg=cfg)
-    results: list[ShardResult]
-    if cfg.processes == 1:
-        results = [write(spec) for spec in track(specs, "shards", total=len(specs))]
-    else:
-        # forkserver: workers start clean (no inherited decoder or thread state from the parent).
-        context, level = get_context("forkserver"), logging.getLogger().level
-        with ProcessPoolExecutor(
-            cfg.processes, context, initializer=setup_logging, initargs=(level,)
-        ) as pool:
-            futures = [pool.submit(write, spec) for spec in specs]
-            results = [
-                future.result() for future in track(as_completed(futures), "shards", total=len(futures))
-            ]
+    with sigterm_raises():
+        if cfg.processes == 1:
+            results = [write(spec) for spec in track(specs, "shards", total=len(specs))]
+        else:
+            # forkserver: workers start clean (no decoder or thread state inherited). A Pool rather
+            # than a ProcessPoolExecutor: leaving the block (on `TerminatedError` too) terminates the
+            # workers at once instead of waiting for their shards.
+            with get_context("forkserver").Pool(
+                cfg.processes, _start_worker, (logging.getLogger().level,)
+            ) as pool:
+                results = list(track(pool.imap_unordered(write, specs), "shards", total=len(specs)))
     splits = dict.fromkeys(spec.split for spec in specs)
     return {split: finalize_split(cfg, split, results) for split in splits}

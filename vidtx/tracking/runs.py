@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from mlflow.entities import Param, Run
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
-from vidtx.config import PipelineConfig, dump_config
+from vidtx.config import ConfigError, PipelineConfig, dump_config
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,13 @@ def flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             flat[name] = str(value)[:MAX_PARAM_VAL_LENGTH]
     return flat
+
+
+def parse_tags(pairs: Sequence[str]) -> dict[str, str]:
+    """Run tags given as `KEY=VALUE` (the CLI's --tag); ConfigError names the first malformed one."""
+    if bad := [pair for pair in pairs if not pair.partition("=")[0] or "=" not in pair]:
+        raise ConfigError(f"--tag {bad[0]}: expected KEY=VALUE")
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def git_commit() -> str | None:

@@ -22,7 +22,6 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from vidtx.config import PipelineConfig
-from vidtx.manifest import load_manifest
 from vidtx.model_factory import check_model_config
 from vidtx.ray_session import ray_session
 from vidtx.tracking.runs import (
@@ -36,6 +35,7 @@ from vidtx.train.jobs import submit_training_job
 from vidtx.train.loop import train_loop_per_worker
 from vidtx.train.payload import TrainResult, WorkerPayload, storage_location, worker_env
 from vidtx.train.progress import ProgressCallback, follow_progress
+from vidtx.train.splits import training_splits
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +68,9 @@ def _train_on_ray(
     progress: ProgressCallback | None,
 ) -> TrainResult:
     train_cfg = config.train
+    manifest, validation = training_splits(config.data)  # before the tracking store is created
     tracking_uri = resolve_tracking_uri(config)
     client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
-    manifest = load_manifest(config.data.shards, config.data.train_split)
     lineage = {"vidtx.manifest_hash": manifest.content_hash, "ray.run_name": run_name, **tags}
     run_id = start_or_resume_run(client, config, run_name, lineage)
 
@@ -79,7 +79,10 @@ def _train_on_ray(
         Path(storage_path).mkdir(parents=True, exist_ok=True)
     env_vars = worker_env()
     payload = WorkerPayload(
-        config=config.with_absolute_paths(), tracking_uri=tracking_uri, mlflow_run_id=run_id
+        config=config.with_absolute_paths(),
+        tracking_uri=tracking_uri,
+        mlflow_run_id=run_id,
+        validation=validation,
     )
     try:
         with ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
@@ -130,7 +133,7 @@ def _build_trainer(payload: WorkerPayload, run_name: str, storage_path: str) -> 
             failure_config=FailureConfig(max_failures=train_cfg.max_failures),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=train_cfg.keep_checkpoints,
-                checkpoint_score_attribute="val_top1",
+                checkpoint_score_attribute="val_top1" if payload.validation else None,  # None: latest
                 checkpoint_score_order="max",
             ),
         ),

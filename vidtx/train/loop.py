@@ -44,6 +44,7 @@ def train_loop_per_worker(payload: dict[str, Any]) -> None:
 class WorkerTrainer:
     def __init__(self, payload: WorkerPayload) -> None:
         self.cfg = payload.config
+        self.validation = payload.validation  # False: the shards have no validation split
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
         deepspeed = import_deepspeed()
@@ -171,25 +172,23 @@ class WorkerTrainer:
                     self._log_progress(losses)
                     losses = []
                 is_checkpoint = step % train.checkpoint_every == 0 or step == train.max_steps
-                if is_checkpoint or step % train.val_every == 0:
-                    validation = self.validate()
-                    self.metrics.log(validation, step)
-                    logger.info(
-                        "step %d validation top-1 %.3f top-5 %.3f",
-                        step,
-                        validation["val/top1"],
-                        validation["val/top5"],
-                    )
-                    if is_checkpoint:
-                        self.state.best_top1 = max(self.state.best_top1, validation["val/top1"])
-                        report = {
-                            "step": step,
-                            "val_top1": validation["val/top1"],
-                            "val_loss": validation["val/loss"],
-                        }
-                        save_and_report(self.engine, self.state, report)
+                report: dict[str, float] = {"step": step}
+                if self.validation and (is_checkpoint or step % train.val_every == 0):
+                    report |= self._validate_and_log(step)
+                if is_checkpoint:
+                    self.state.best_top1 = max(self.state.best_top1, report.get("val_top1", -1.0))
+                    save_and_report(self.engine, self.state, report)
         finally:
             self.metrics.close()
+
+    def _validate_and_log(self, step: int) -> dict[str, float]:
+        """Validate, log, and return what a checkpoint report carries (Ray keeps the best by it)."""
+        validation = self.validate()
+        self.metrics.log(validation, step)
+        logger.info(
+            "step %d validation top-1 %.3f top-5 %.3f", step, validation["val/top1"], validation["val/top5"]
+        )
+        return {"val_top1": validation["val/top1"], "val_loss": validation["val/loss"]}
 
     def _log_progress(self, losses: list[float]) -> None:
         train = self.cfg.train

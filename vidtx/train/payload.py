@@ -21,12 +21,13 @@ RESULT_FILE = "vidtx-result.json"
 
 
 class WorkerPayload(BaseModel):
-    """What every Ray Train worker receives: the resolved config (absolute paths) and the MLflow run
-    that rank 0 logs into."""
+    """What every Ray Train worker receives: the resolved config (absolute paths), the MLflow run
+    that rank 0 logs into, and whether to validate (False: the shards have no `data.val_split`)."""
 
     config: PipelineConfig
     tracking_uri: str
     mlflow_run_id: str
+    validation: bool = True
 
 
 class TrainResult(BaseModel):

@@ -1,0 +1,136 @@
+"""The records every dataset format is read into, and the rules they share: labelling, unique keys,
+split names, and paths that must stay inside the video root.
+
+A bad row keeps its place as a record with a `problem` (reported as a reject when sharding); a file
+that is not a video of the dataset is an `Ignored` entry with its reason. Nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath, PurePosixPath
+
+UNLABELLED = -1  # the label of a record whose row names no known class
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    key: str  # unique within the dataset: relative path without suffix, YouTube id + times, SSv2 id
+    path: Path
+    label: int  # UNLABELLED when the row's class is unknown
+    split: str
+    problem: str | None = None  # why the row cannot be used (reported as a reject when sharding)
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A file (or folder) under the dataset that is not read as a video, and why."""
+
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class Source:
+    root: Path
+    records: list[VideoRecord]
+    class_names: list[str]  # index = label id
+    ignored: list[Ignored] = field(default_factory=list)
+
+    @property
+    def label_map(self) -> dict[str, int]:
+        return {name: index for index, name in enumerate(self.class_names)}
+
+    @property
+    def splits(self) -> list[str]:
+        return sorted({record.split for record in self.records})
+
+    def split_records(self, split: str) -> list[VideoRecord]:
+        return [record for record in self.records if record.split == split]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One annotation row (or listed video) before labelling."""
+
+    where: str  # file:line, file[index] or relative path: where to look when it is reported
+    key: str
+    path: Path  # the video, or the annotation file when the row itself is malformed
+    class_name: str
+    split: str
+    problem: str | None = None
+
+
+def normalise_split(name: str) -> str:
+    """'Train ' and 'train' are one split."""
+    return name.strip().lower()
+
+
+def inside_root(written: str, video_root: Path) -> PurePosixPath | None:
+    """The path an annotation gives, relative to `video_root` and normalised ('a/./b' -> 'a/b');
+    None when it points outside the root ('../x', or an absolute path elsewhere). The check is on
+    the path as written: a symlink inside the root may lead anywhere, as its owner chose."""
+    path = Path(written)
+    if path.is_absolute():
+        if not path.is_relative_to(video_root):
+            return None
+        path = path.relative_to(video_root)
+    normal = PurePosixPath(os.path.normpath(path.as_posix()))
+    return None if normal.parts[:1] in ((), ("..",), (".",)) else normal
+
+
+def relative_to_root(path: Path, root: Path) -> str:
+    """`path` as recorded in shards and reports: relative to the dataset root when it is inside."""
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def outside_root_problem(written: str, video_root: Path, where: str) -> str:
+    return f"outside the video root: {written!r} ({where}) is not inside {video_root}"
+
+
+def unique_keys(paths: Sequence[PurePath]) -> list[str]:
+    """Keys of relative video paths: the path without its suffix ('cat/a'), so that keys stay the same
+    when a video is re-encoded to another container; with the suffix ('cat/a.mp4', 'cat/a.webm')
+    only for paths whose stems collide, which would otherwise be one key for two videos."""
+    stems = [path.with_suffix("").as_posix() for path in paths]
+    distinct = Counter(stem for stem, _ in dict.fromkeys(zip(stems, paths, strict=True)))
+    return [path.as_posix() if distinct[stem] > 1 else stem for stem, path in zip(stems, paths, strict=True)]
+
+
+def class_order(names: Iterable[str]) -> list[str]:
+    """Sorted class names; numerically when every name is an integer ("2" before "10")."""
+    unique = set(names)
+    if unique and all(name.isdigit() for name in unique):
+        return sorted(unique, key=int)
+    return sorted(unique)
+
+
+def labelled(
+    root: Path,
+    rows: list[Row],
+    classes: Sequence[str] | None = None,
+    class_source: str = "the given classes",
+    ignored: Sequence[Ignored] = (),
+) -> Source:
+    """Records from rows: classes from `classes` (named `class_source` in messages) or, when None,
+    from the usable rows; a row with an unknown class or an already listed key gets its problem."""
+    class_names = (
+        list(classes) if classes is not None else class_order(r.class_name for r in rows if not r.problem)
+    )
+    label_map = {name: index for index, name in enumerate(class_names)}
+    first_seen: dict[str, Row] = {}
+    records = []
+    for row in rows:
+        problem = row.problem
+        if problem is None and row.class_name not in label_map:
+            problem = f"unknown label: {row.class_name!r} ({row.where}) is not in {class_source}"
+        if problem is None:
+            first = first_seen.setdefault(row.key, row)
+            if first is not row:
+                problem = f"duplicate key: {row.key!r} ({row.where}) is already listed at {first.where}"
+        label = label_map.get(row.class_name, UNLABELLED)
+        records.append(VideoRecord(row.key, row.path, label, row.split, problem))
+    return Source(root=root, records=records, class_names=class_names, ignored=list(ignored))

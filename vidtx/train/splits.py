@@ -1,0 +1,51 @@
+"""The splits a run reads, checked before any compute.
+
+A missing split used to be found by the Ray workers: a dataset sharded without a `val` split (a
+plain folder of videos gives only `train`) trained every step and then died at the final validation.
+Now the training split and the evaluation split are required up front (one line naming the field and
+the splits the folder has), and a missing validation split only turns validation off, with one
+warning when the run starts: the training is still useful, and evaluation checks its own split.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from vidtx.config import DataConfig, PipelineConfig
+from vidtx.manifest import MANIFEST_SUFFIX, Manifest, find_splits, load_manifest, manifest_path
+
+logger = logging.getLogger(__name__)
+
+
+def require_split(shards: Path, split: str, field: str) -> Manifest:
+    """The manifest of `split`; when there is none, FileNotFoundError naming `field` and what is there."""
+    if not Path(shards).is_dir():
+        raise FileNotFoundError(f"data.shards {shards}: no such folder (write it with `vidtx shard`)")
+    if not manifest_path(shards, split).is_file():
+        found = ", ".join(find_splits(shards)) or "none"
+        raise FileNotFoundError(
+            f"{field} {split!r}: no {split}{MANIFEST_SUFFIX} in {shards} (splits there: {found}); "
+            f"shard that split or set {field}"
+        )
+    return load_manifest(shards, split)
+
+
+def training_splits(data: DataConfig) -> tuple[Manifest, bool]:
+    """The training split's manifest (required) and whether the validation split exists; a missing
+    one is logged once: the run trains without validation and keeps its latest checkpoints."""
+    manifest = require_split(data.shards, data.train_split, "data.train_split")
+    validation = manifest_path(data.shards, data.val_split).is_file()
+    if not validation:
+        logger.warning(
+            "data.val_split %r has no manifest in %s (splits there: %s): training without validation",
+            data.val_split,
+            data.shards,
+            ", ".join(find_splits(data.shards)),
+        )
+    return manifest, validation
+
+
+def evaluation_split(config: PipelineConfig) -> Manifest:
+    """The manifest of `eval.split`, required before a model is loaded or trained for evaluation."""
+    return require_split(config.data.shards, config.eval.split, "eval.split")
