@@ -137,7 +137,9 @@ def test_write_index_gathers_tables_in_order(tmp_path: Path) -> None:
 def test_every_registered_benchmark_has_a_run_function() -> None:
     for name in run.BENCHMARKS:
         module = importlib.import_module(f"benchmarks.{name}")
-        assert list(inspect.signature(module.run).parameters) == ["output_dir", "quick"]
+        parameters = list(inspect.signature(module.run).parameters.values())
+        assert [p.name for p in parameters[:2]] == ["output_dir", "quick"]  # what the runner passes
+        assert all(p.default is not p.empty for p in parameters[2:]), name
 
 
 def test_runner_rejects_unknown_names(capsys: pytest.CaptureFixture[str]) -> None:
@@ -197,9 +199,10 @@ def test_gpu_script_smoke_mode_runs_on_the_cpu(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_xvit_reads_the_frame_order_that_spatial_only_attention_cannot(tmp_path: Path) -> None:
-    """The science check at reduced size: one time-reversed pair (right/left), 32 px, 300 steps."""
+    """The science check, shortened: quick mode trains spatial-only + averaging and X-ViT (seed 0) for 400
+    of the full run's 1000 steps on the same eight classes."""
     result = temporal_reasoning.run(tmp_path, quick=True)
     final = {run["label"]: run["curve"][-1] for run in result.raw["results"]}
-    assert final["X-ViT"]["val_direction"] >= 0.7  # 0.78 measured; 0.88 at step 400 of the 1000-step run
+    assert final["X-ViT"]["val_direction"] >= 0.7  # reads frame order
     assert final["spatial-only + averaging"]["val_direction"] <= 0.6  # order-blind: 50% expected
     assert (tmp_path / "temporal_reasoning.png").stat().st_size > 0

@@ -77,5 +77,5 @@ def test_stopping_the_shard_job_stops_its_workers_and_probers(tmp_path: Path, st
     assert len([name for name in before if name.endswith(".stats.json")]) < 40
     if stop == signal.SIGTERM:
         assert job.returncode == 128 + signal.SIGTERM
-        assert "Traceback" not in stderr
+        assert "Traceback" not in stderr, stderr
         assert "stopped by SIGTERM" in stderr

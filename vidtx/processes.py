@@ -54,3 +54,14 @@ def sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def sigterm_deferred() -> Iterator[None]:
+    """Hold SIGTERM back (this thread) until the block ends. For starting a child: a parent killed
+    halfway through the handshake leaves the child to die on a half-read pipe with a traceback."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})

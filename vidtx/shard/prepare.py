@@ -30,7 +30,7 @@ from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS
 from vidtx.media.decode import VideoDecodeError, VideoInfo, probe_video
 from vidtx.media.encode import reencode
 from vidtx.media.jpeg import video_to_frames
-from vidtx.processes import die_with_parent
+from vidtx.processes import die_with_parent, sigterm_deferred
 
 
 class RejectedVideoError(Exception):
@@ -108,20 +108,17 @@ def _serve(connection: Connection) -> None:
     die_with_parent()  # the forkserver, which exits with the process that runs the shard
     # decord's FFmpeg prints every bad packet to stderr; the reject reason already says it in one line.
     decord.logging.set_level(decord.logging.FATAL)
-    connection.send(None)
-    while True:
-        try:
+    try:
+        connection.send(None)
+        while True:
             path, cfg = connection.recv()
-        except EOFError:
-            return
-        try:
-            result: PreparedVideo | Exception = prepare_video(path, cfg)
-        except Exception as err:  # sent to the parent, which re-raises it
-            result = err
-        try:
+            try:
+                result: PreparedVideo | Exception = prepare_video(path, cfg)
+            except Exception as err:  # sent to the parent, which re-raises it
+                result = err
             connection.send(result)
-        except BrokenPipeError:  # the shard's process was stopped: nobody waits for the answer
-            return
+    except (EOFError, ConnectionError):  # the parent closed the pipe, or was stopped: nobody waits
+        return
 
 
 def _exit_description(exitcode: int | None) -> str:
@@ -179,7 +176,8 @@ class VideoPreparer:
             context.set_forkserver_preload([__name__])
             self._connection, child_end = context.Pipe()
             self._child = context.Process(target=_serve, args=(child_end,), name="vidtx-prepare", daemon=True)
-            self._child.start()
-            child_end.close()
-            self._connection.recv()  # ready: imports done, so they do not count against the limit
+            with sigterm_deferred():  # a pool being stopped may SIGTERM this worker at any moment
+                self._child.start()
+                child_end.close()
+                self._connection.recv()  # ready: imports done, so they do not count against the limit
         return self._child, self._connection
