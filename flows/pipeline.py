@@ -49,7 +49,7 @@ def render_summary(result: PipelineResult) -> str:
             f"{metrics['videos']:.0f} videos",
             f"  data           {data}",
             f"  training run   {result.run_name} -> {result.mlflow_run_url}",
-            f"  model          {result.model_uri} aliases {', '.join(result.aliases)} ({result.promotion})",
+            f"  model          {result.model_uri} aliases {', '.join(result.aliases) or 'none'} ({result.promotion})",
             f"  browse         make ui, then {LOCAL_MLFLOW_UI} (MLflow) and {LOCAL_PREFECT_UI} (Prefect)",
             f"  predict        vidtx predict VIDEO.mp4 --model models:/{result.model_name}@champion",
         ]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mlflow
 import pytest
 import torch
 from mlflow import MlflowClient
@@ -18,6 +19,7 @@ from vidtx.manifest import load_manifest
 from vidtx.models import save_checkpoint
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.model_registry import load_registered_model, register
+from vidtx.tracking.runs import mlflow_uris
 
 pytestmark = pytest.mark.slow
 
@@ -55,18 +57,22 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     assert trained_eval.metrics()["top1"] > 0.25
 
     mlflow_environment = {name: value for name, value in os.environ.items() if name.startswith("MLFLOW_")}
-    first = register(worse, config, worse_eval, client=client, run_id=result.mlflow_run_id)
-    assert (first.version, first.promoted) == ("1", True)
+    # a model at chance is registered, but is no challenger (nor, as the first version, champion)
+    at_chance = register(worse, config, worse_eval, client=client, run_id=result.mlflow_run_id)
+    assert (at_chance.version, at_chance.promoted, at_chance.aliases) == ("1", False, [])
+    assert at_chance.reason.startswith("not better than chance: top1 0.2500 <= 0.2500 (4 classes)")
+    assert client.get_model_version("aliases-test", "1").aliases == []
     # no MLFLOW_TRACKING_URI left behind to send later runs of this process to this store
     assert {
         name: value for name, value in os.environ.items() if name.startswith("MLFLOW_")
     } == mlflow_environment
-    assert set(first.aliases) == {"champion", "challenger"}
 
     better = register(trained, config, trained_eval, client=client, run_id=result.mlflow_run_id)
     assert (better.version, better.promoted) == ("2", True)
+    assert set(better.aliases) == {"champion", "challenger"}
     assert str(client.get_model_version_by_alias("aliases-test", "champion").version) == "2"
 
+    config.registry.min_top1 = 0.0  # an explicit floor below chance lets the constant model through
     again_worse = register(worse, config, worse_eval, client=client, run_id=result.mlflow_run_id)
     assert (again_worse.version, again_worse.promoted) == ("3", False)
     assert "does not beat" in again_worse.reason
@@ -83,6 +89,19 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     version = client.get_model_version("aliases-test", "2")
     assert "vidtx.metric.top1" in version.tags
     assert "GFLOPs per view" in version.description  # the model card
+    # the versions table shows the description as raw text: a sentence first, no markdown heading
+    assert version.description.startswith("Video classifier `xvit_tiny`")
+    logged_model_id = version.source.removeprefix("models:/")  # the store leaves version.model_id empty
+    assert client.get_logged_model(logged_model_id).name == "aliases-test"  # not "model"
+    with mlflow_uris(result.tracking_uri):
+        logged = Path(
+            mlflow.artifacts.download_artifacts("models:/aliases-test/2", dst_path=str(tmp_path / "v2"))
+        )
+    assert (
+        logged.joinpath("extra_files", "MODEL_CARD.md")
+        .read_text()
+        .startswith("# aliases-test\n\nVideo classifier")
+    )
 
     loaded = load_registered_model("models:/aliases-test@champion", tracking_uri=result.tracking_uri)
     assert loaded.class_names == trained_eval.class_names

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import ipaddress
 import json
 import logging
 import os
 import re
+import subprocess
+import sys
 import tarfile
 import time
 import uuid
@@ -25,6 +29,7 @@ from vidtx.tracking.runs import TrackingUnavailableError, connect, start_or_resu
 from vidtx.train.launcher import train
 
 ROOT = Path(__file__).resolve().parent.parent
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def test_unreachable_mlflow_fails_before_any_compute(
@@ -88,6 +93,80 @@ def test_yaml_configs_are_read_safely_and_servers_bind_localhost() -> None:
     ui = (ROOT / "infra/local/ui.sh").read_text()
     assert "--host 127.0.0.1" in ui
     assert "0.0.0.0" not in ui
+
+
+LOCAL_RAY_SESSION = """
+import sys, ray
+from vidtx.ray_session import ray_session
+with ray_session(num_cpus=1):
+    ray.get(ray.remote(lambda: None).remote())  # a worker process is up, with its server
+    print("started", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _process_tree(root: int) -> set[int]:
+    parent_of: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):  # not a process, or one that ended
+            # /proc/<pid>/stat: "pid (name) state ppid ...", the name may hold spaces and ")"
+            parent_of[int(entry.name)] = int(entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = {pid for pid, ppid in parent_of.items() if ppid == parent} - tree
+        tree |= children
+        frontier.extend(children)
+    return tree
+
+
+def _listening_addresses(pids: set[int]) -> dict[tuple[IPAddress, int], list[str]]:
+    """{(address, port): [process names]} of the TCP sockets these processes listen on."""
+    owner: dict[str, str] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        owner[target.removeprefix("socket:[").removesuffix("]")] = name
+    listening: dict[tuple[IPAddress, int], list[str]] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            columns = row.split()
+            (hex_ip, hex_port), state, inode = columns[1].split(":"), columns[3], columns[9]
+            if state == "0A" and inode in owner:  # 0A: LISTEN
+                # the kernel prints the address as 32-bit words in host (little-endian) order
+                words = [bytes.fromhex(hex_ip[i : i + 8])[::-1] for i in range(0, len(hex_ip), 8)]
+                address = ipaddress.ip_address(b"".join(words))
+                if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+                    address = address.ipv4_mapped  # ::ffff:127.0.0.1
+                listening.setdefault((address, int(hex_port, 16)), []).append(owner[inode])
+    return listening
+
+
+@pytest.mark.slow
+def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
+    """The local Ray that training and evaluation start: none of its servers is reachable from the
+    network (was: GCS, raylet, workers and the dashboard agent listened on 0.0.0.0 and ::)."""
+    environment = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+    session = subprocess.Popen(
+        [sys.executable, "-c", LOCAL_RAY_SESSION],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        assert session.stdout is not None
+        assert session.stdout.readline() == "started\n"
+        listening = _listening_addresses(_process_tree(session.pid))
+    finally:
+        session.communicate("\n", timeout=60)
+    servers = {name for names in listening.values() for name in names}
+    assert {"gcs_server", "raylet"} <= servers, listening
+    exposed = {
+        f"{address}:{port}": names for (address, port), names in listening.items() if not address.is_loopback
+    }
+    assert not exposed, f"listening beyond 127.0.0.1: {exposed}"
 
 
 def test_tar_members_with_absolute_or_parent_paths_are_never_written_to_disk(

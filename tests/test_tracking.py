@@ -6,6 +6,7 @@ import pytest
 from vidtx.config import PipelineConfig, load_config
 from vidtx.tracking.rank_zero import STEP_METRIC, RankZeroMetrics
 from vidtx.tracking.runs import (
+    EXPERIMENT_KIND_TAG,
     RUN_NAME_TAG,
     TrackingUnavailableError,
     connect,
@@ -57,6 +58,19 @@ def test_same_run_name_resumes_the_same_mlflow_run(tracking_uri: str) -> None:
     assert len(client.search_runs([experiment.experiment_id])) == 2
     config_text = Path(client.download_artifacts(first, "config.yaml")).read_text()
     assert "lr: 0.2" in config_text
+
+
+def test_experiments_are_marked_as_model_training_so_the_ui_opens_on_their_runs(tracking_uri: str) -> None:
+    """MLflow 3's UI opens an experiment without `mlflow.experimentKind` in GenAI mode (an empty Traces page)."""
+    client = connect(tracking_uri)
+    start_or_resume_run(client, load_config(None, ["tracking.experiment=new"]), "run-1")
+    assert client.get_experiment_by_name("new").tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+    older = client.create_experiment("made-before-the-mark")  # e.g. by an earlier vidtx
+    start_or_resume_run(client, load_config(None, ["tracking.experiment=made-before-the-mark"]), "run-1")
+    assert client.get_experiment(older).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+    chosen = client.create_experiment("chosen", tags={EXPERIMENT_KIND_TAG: "finetuning"})  # in the UI
+    start_or_resume_run(client, load_config(None, ["tracking.experiment=chosen"]), "run-1")
+    assert client.get_experiment(chosen).tags[EXPERIMENT_KIND_TAG] == "finetuning"
 
 
 def test_rank_zero_metrics_do_not_log_a_step_twice(tracking_uri: str) -> None:

@@ -165,8 +165,7 @@ def _evaluate_and_register(cfg: PipelineConfig, checkpoint: str | None, register
     if trained.mlflow_run_id:
         typer.echo(f"logged to MLflow run {trained.mlflow_run_id}")
     if register:
-        version = register_trained(cfg, trained, result)
-        typer.echo(f"registered {version.model_uri} aliases {', '.join(version.aliases)}: {version.reason}")
+        typer.echo(register_trained(cfg, trained, result).summary())
 
 
 @app.command()

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import ray
+from ray._private import ray_constants
 
 JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in the environment of a Ray Job's driver
 
@@ -17,7 +18,7 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
     """`ray.init(address, ...)` unless Ray is initialised already; shuts down only what it started.
 
     Without an address (and without RAY_ADDRESS, or with RAY_ADDRESS pointing at a Ray Jobs API) Ray
-    starts a local instance on this machine.
+    starts a local instance on this machine, listening on 127.0.0.1 only.
     """
     if ray.is_initialized():
         yield
@@ -26,10 +27,41 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
         # a Ray Job's driver: the job's runtime env reaches every worker already, and Ray refuses to
         # merge a second one that sets the same fields
         init_kwargs.pop("runtime_env", None)
-    if address is None and os.environ.get("RAY_ADDRESS", "").startswith(("http://", "https://")):
-        address = "local"  # RAY_ADDRESS names a Jobs API (for training), not a cluster to connect to
-    ray.init(address=address, **init_kwargs)
+    address = address or _cluster_from_environment()
+    with _on_loopback_only() if address == "local" else contextlib.nullcontext():
+        ray.init(address=address, **init_kwargs)
     try:
         yield
     finally:
         ray.shutdown()
+
+
+def _cluster_from_environment() -> str | None:
+    """None where RAY_ADDRESS names a cluster (ray.init reads it), else "local": a new local instance.
+
+    RAY_ADDRESS of a Ray Jobs API (http://...) is where training submits jobs, not a cluster to join.
+    """
+    from_environment = os.environ.get("RAY_ADDRESS", "")
+    if from_environment and not from_environment.startswith(("http://", "https://")):
+        return None
+    return "local"
+
+
+@contextlib.contextmanager
+def _on_loopback_only() -> Iterator[None]:
+    """Start a local Ray whose GCS, raylet, workers and agents listen on 127.0.0.1, not 0.0.0.0 / ::.
+
+    Ray binds its servers to every interface unless the node's address is a loopback one, and it turns
+    `ray.init(_node_ip_address="127.0.0.1")` back into the machine's network address (Ray 2.60:
+    `services.resolve_ip_for_localhost`). It takes the loopback address where it may not form a
+    cluster (its macOS / Windows default, `ray_constants.ENABLE_RAY_CLUSTER`), which a local instance
+    for one run on one machine is: so that is what it is told while it starts.
+    `tests/test_reliability.py::test_local_ray_listens_on_loopback_only` notices when a Ray upgrade
+    changes this.
+    """
+    may_form_cluster = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = may_form_cluster

@@ -41,8 +41,10 @@ class EvalConfig(StrictModel):
 class RegistryConfig(StrictModel):
     """`registry`: the MLflow registered model and its aliases.
 
-    Read by the register stage: every new version gets `challenger_alias`; `champion_alias` moves to
-    it when it beats the champion on `metric` measured on the same split and views.
+    Read by the register stage: every new version whose top-1 reaches `min_top1` (default: better
+    than chance) gets `challenger_alias`; `champion_alias` moves to it when it beats the champion on
+    `metric` measured on the same split and views. A version below the floor is registered without
+    an alias.
     """
 
     model_name: str = "vidtx-xvit"
@@ -50,6 +52,15 @@ class RegistryConfig(StrictModel):
     greater_is_better: bool = True
     champion_alias: str = "champion"
     challenger_alias: str = "challenger"
+    min_top1: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "Top-1 accuracy a version needs to get an alias (challenger, then maybe champion); None: "
+            "better than chance (1 / number of classes). Top-1 whatever `metric` is: its chance level is known."
+        ),
+    )
 
 
 class TrackingConfig(StrictModel):

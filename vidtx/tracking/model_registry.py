@@ -1,8 +1,10 @@
 """The MLflow Model Registry: log a trained model, register a version, move the aliases.
 
-Every new version gets alias `challenger`. `champion` moves to it only when it beats the current
-champion on the configured metric measured on the same evaluation split (same manifest hash and
-views); the first version becomes champion. Aliases only, never the deprecated stages.
+Every new version whose top-1 is above the floor (`registry.min_top1`, by default chance) gets alias
+`challenger`; one at or below it is registered without an alias. `champion` moves to a challenger only
+when it beats the current champion on the configured metric measured on the same evaluation split
+(same manifest hash and views); the first such version becomes champion. Aliases only, never the
+deprecated stages.
 """
 
 from __future__ import annotations
@@ -45,8 +47,12 @@ class ModelVersionInfo:
     model_uri: str  # models:/<name>/<version>
     aliases: list[str]  # the version's aliases after registration (challenger, maybe champion)
     promoted: bool  # became champion
-    reason: str  # why it did or did not become champion
+    reason: str  # why it did or did not become champion, or got no alias
     run_id: str  # the MLflow run the model was logged into (the training run)
+
+    def summary(self) -> str:
+        """One line: the version, its aliases and why."""
+        return f"registered {self.model_uri} aliases {', '.join(self.aliases) or 'none'}: {self.reason}"
 
 
 def _signature(num_frames: int, size: int, num_classes: int) -> ModelSignature:
@@ -58,10 +64,10 @@ def _signature(num_frames: int, size: int, num_classes: int) -> ModelSignature:
 def model_card(
     config: PipelineConfig, result: EvalResult, gflops: float, params: int, train_seconds: float | None
 ) -> str:
+    """The model card without a heading: it is also the version's description, which the registry's
+    versions table shows as raw text (a "# name" first line read as such). `MODEL_CARD.md` adds the heading."""
     hours = f"{train_seconds / 3600:.2f} h" if train_seconds else "unknown"
-    return f"""# {config.registry.model_name}
-
-Video classifier `{config.model.name}` ({params / 1e6:.2f} M parameters, {gflops:.2f} GFLOPs per view,
+    return f"""Video classifier `{config.model.name}` ({params / 1e6:.2f} M parameters, {gflops:.2f} GFLOPs per view,
 multiply-adds), input clips (B, 3, {config.data.num_frames}, {config.data.crop_size}, {config.data.crop_size}),
 {len(result.class_names)} classes, normalised with mean {config.data.mean} and std {config.data.std}.
 
@@ -81,13 +87,26 @@ def _decide_promotion(
     try:
         champion = client.get_model_version_by_alias(registry.model_name, registry.champion_alias)
     except MlflowException:
-        return True, "first version: no champion yet"
+        return True, "no champion yet: the first version above the floor"
     if champion.tags.get(SPLIT_TAG) != split_tag:
         return False, f"champion v{champion.version} was evaluated on another split or views; not comparable"
     best = float(champion.tags[METRIC_TAG.format(registry.metric)])
     better = score > best if registry.greater_is_better else score < best
     verdict = "beats" if better else "does not beat"
     return better, f"{registry.metric} {score:.4f} {verdict} champion v{champion.version} ({best:.4f})"
+
+
+def _below_floor(registry: RegistryConfig, result: EvalResult) -> str | None:
+    """Why a version gets no alias: its top-1 is below `registry.min_top1`, or, when that is None, not
+    better than chance (1 / number of classes)."""
+    classes, top1 = len(result.class_names), result.metrics()["top1"]
+    if registry.min_top1 is None:
+        if top1 > 1 / classes:
+            return None
+        return f"not better than chance: top1 {top1:.4f} <= {1 / classes:.4f} ({classes} classes); registered without an alias"
+    if top1 >= registry.min_top1:
+        return None
+    return f"below registry.min_top1: top1 {top1:.4f} < {registry.min_top1:.4f}; registered without an alias"
 
 
 def register(
@@ -117,14 +136,14 @@ def register(
         files = {
             CONFIG_FILE: dump_config(config),
             LABELS_FILE: json.dumps(result.class_names),
-            CARD_FILE: card,
+            CARD_FILE: f"# {registry.model_name}\n\n{card}",
         }
         for name, text in files.items():
             Path(directory, name).write_text(text)
         with mlflow.start_run(run_id=run_id):
             info = mlflow.pytorch.log_model(
                 model,
-                name="model",
+                name=registry.model_name,  # the logged model, named as the registered one
                 signature=_signature(data.num_frames, data.crop_size, len(result.class_names)),
                 input_example=example.numpy(),
                 pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
@@ -132,12 +151,18 @@ def register(
             )
         version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
     client.update_model_version(registry.model_name, version, description=card)
-    promote, reason = _decide_promotion(client, registry, score, split_tag)
-    client.set_registered_model_alias(registry.model_name, registry.challenger_alias, version)
+    below_floor = _below_floor(registry, result)
+    promote, reason = (
+        (False, below_floor) if below_floor else _decide_promotion(client, registry, score, split_tag)
+    )
+    if not below_floor:
+        client.set_registered_model_alias(registry.model_name, registry.challenger_alias, version)
     if promote:
         client.set_registered_model_alias(registry.model_name, registry.champion_alias, version)
     aliases = client.get_model_version(registry.model_name, version).aliases
-    logger.info("registered %s v%s (%s); %s", registry.model_name, version, ", ".join(aliases), reason)
+    logger.info(
+        "registered %s v%s (%s); %s", registry.model_name, version, ", ".join(aliases) or "no alias", reason
+    )
     return ModelVersionInfo(
         registry.model_name,
         str(version),

@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 RUN_NAME_TAG = "vidtx.run_name"
 CHECKPOINT_TAG = "vidtx.checkpoint"  # the run's latest checkpoint, set when training finishes
 BEST_CHECKPOINT_TAG = "vidtx.best_checkpoint"  # its best by validation top-1
+# MLflow 3's UI opens an experiment without this tag in GenAI mode (an empty Traces page); with it, on
+# its runs. The values are the UI's ExperimentKind ("genai_development", "custom_model_development", ...)
+EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
 class TrackingUnavailableError(RuntimeError):
@@ -139,6 +142,21 @@ def find_run(client: MlflowClient, experiment_name: str, run_name: str) -> Run |
     return runs[0] if runs else None
 
 
+def training_experiment(client: MlflowClient, name: str) -> str:
+    """The id of experiment `name`, created if missing, marked as a model-training experiment.
+
+    An experiment made before vidtx set the mark gets it; a kind someone chose in the UI is kept.
+    """
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        return client.create_experiment(
+            name, artifact_location=artifact_root(client), tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND}
+        )
+    if EXPERIMENT_KIND_TAG not in experiment.tags:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+    return experiment.experiment_id
+
+
 def start_or_resume_run(
     client: MlflowClient,
     config: PipelineConfig,
@@ -160,12 +178,7 @@ def start_or_resume_run(
             client.set_tag(run_id, key, value)
         logger.info("resuming MLflow run %s (%s)", run_id, run_name)
         return run_id
-    experiment = client.get_experiment_by_name(config.tracking.experiment)
-    experiment_id = (
-        experiment.experiment_id
-        if experiment
-        else client.create_experiment(config.tracking.experiment, artifact_location=artifact_root(client))
-    )
+    experiment_id = training_experiment(client, config.tracking.experiment)
     run = client.create_run(experiment_id, run_name=run_name, tags=lineage)
     params = [Param(key, value) for key, value in flatten(config.model_dump(mode="json")).items()]
     for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
