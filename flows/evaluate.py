@@ -68,6 +68,6 @@ def register_model(
     create_link_artifact(
         model_version_link(config, version.name, version.version),
         link_text=f"{version.name} v{version.version}",
-        description=f"aliases: {', '.join(version.aliases) or 'none'}; {version.reason}",
+        description=f"aliases: {version.alias_text}; {version.reason}",
     )
     return version

@@ -130,11 +130,9 @@ def _sample(
 
 
 def _write_sample(writer: wds.TarWriter, sample: dict[str, str | bytes | Path]) -> None:
-    """`writer.write(sample)`, except that a member given as a file is streamed from disk rather than
-    read whole (a video can be larger than memory), with the header fields TarWriter gives."""
-    if not any(isinstance(content, Path) for content in sample.values()):
-        writer.write(sample)
-        return
+    """What `writer.write(sample)` writes (members sorted by name, TarWriter's header fields), except
+    that a member given as a file is streamed from disk rather than read whole: a video can be larger
+    than memory."""
     key = sample["__key__"]
     for name in sorted(name for name in sample if name != "__key__"):
         content = sample[name]

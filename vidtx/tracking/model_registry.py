@@ -50,9 +50,13 @@ class ModelVersionInfo:
     reason: str  # why it did or did not become champion, or got no alias
     run_id: str  # the MLflow run the model was logged into (the training run)
 
+    @property
+    def alias_text(self) -> str:
+        return ", ".join(self.aliases) or "none"
+
     def summary(self) -> str:
         """One line: the version, its aliases and why."""
-        return f"registered {self.model_uri} aliases {', '.join(self.aliases) or 'none'}: {self.reason}"
+        return f"registered {self.model_uri} aliases {self.alias_text}: {self.reason}"
 
 
 def _signature(num_frames: int, size: int, num_classes: int) -> ModelSignature:
