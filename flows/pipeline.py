@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel
 
 from flows.evaluate import evaluate_model, register_model
+from flows.lineage import LOCAL_PREFECT_UI, lineage_table
 from flows.shard import ShardedSplit, shard_dataset
 from flows.train import named_run, train_model
 from vidtx.config import PipelineConfig
 from vidtx.model_factory import check_model_config
 from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link, run_link
+from vidtx.tracking.model_registry import ModelVersionInfo
 from vidtx.train.splits import evaluation_split
-
-LOCAL_PREFECT_UI = "http://127.0.0.1:4200"  # where `make ui` serves the Prefect UI
 
 
 class PipelineResult(BaseModel):
@@ -37,21 +39,54 @@ class PipelineResult(BaseModel):
     promotion: str  # why the version did or did not become champion
 
 
-def render_summary(result: PipelineResult) -> str:
-    """The summary a person reads at the end of `vidtx pipeline` (and in the flow's artifact)."""
+def plain_link(text: str, url: str) -> str:
+    return f"{text} -> {url}"
+
+
+def markdown_link(text: str, url: str) -> str:
+    return f"[{text}]({url})"
+
+
+def summary_lines(
+    result: PipelineResult, link: Callable[[str, str], str]
+) -> tuple[str, list[tuple[str, str]]]:
+    """The headline and the (label, value) rows of the summary, with `link` writing each link."""
     metrics = result.metrics
-    data = ", ".join(f"{split}: {info.samples} videos" for split, info in result.splits.items())
+    headline = (
+        f"video-pipeline {result.name} finished: {result.eval_split} top-1 {metrics['top1']:.3f} "
+        f"({result.views} views; logits-sum {metrics['logits_sum/top1']:.3f}, "
+        f"prob-mean {metrics['prob_mean/top1']:.3f}), top-5 {metrics['top5']:.3f}, "
+        f"{metrics['videos']:.0f} videos"
+    )
+    return headline, [
+        ("data", ", ".join(f"{split}: {info.samples} videos" for split, info in result.splits.items())),
+        (
+            "training run",
+            f"{result.run_name}, MLflow run {link(result.mlflow_run_id, result.mlflow_run_url)}",
+        ),
+        ("model", f"{result.model_uri} aliases {', '.join(result.aliases) or 'none'} ({result.promotion})"),
+        ("browse", f"make ui, then {LOCAL_MLFLOW_UI} (MLflow) and {LOCAL_PREFECT_UI} (Prefect)"),
+        ("predict", f"vidtx predict VIDEO.mp4 --model models:/{result.model_name}@champion"),
+    ]
+
+
+def render_summary(result: PipelineResult) -> str:
+    """The summary a person reads at the end of `vidtx pipeline`: plain text, links as URLs."""
+    headline, rows = summary_lines(result, plain_link)
+    return "\n".join([headline, *(f"  {label:<14} {value}" for label, value in rows)])
+
+
+def summary_markdown(config: PipelineConfig, result: PipelineResult, version: ModelVersionInfo) -> str:
+    """The flow's summary artifact: the same summary with links, then the lineage table (which links
+    the model version)."""
+    headline, rows = summary_lines(result, markdown_link)
     return "\n".join(
         [
-            f"video-pipeline {result.name} finished: {result.eval_split} top-1 {metrics['top1']:.3f} "
-            f"({result.views} views; logits-sum {metrics['logits_sum/top1']:.3f}, "
-            f"prob-mean {metrics['prob_mean/top1']:.3f}), top-5 {metrics['top5']:.3f}, "
-            f"{metrics['videos']:.0f} videos",
-            f"  data           {data}",
-            f"  training run   {result.run_name} -> {result.mlflow_run_url}",
-            f"  model          {result.model_uri} aliases {', '.join(result.aliases) or 'none'} ({result.promotion})",
-            f"  browse         make ui, then {LOCAL_MLFLOW_UI} (MLflow) and {LOCAL_PREFECT_UI} (Prefect)",
-            f"  predict        vidtx predict VIDEO.mp4 --model models:/{result.model_name}@champion",
+            f"**{headline}**",
+            "",
+            *(f"- {label}: {value}" for label, value in rows),
+            "",
+            lineage_table(config, result.mlflow_run_id, version),
         ]
     )
 
@@ -88,7 +123,7 @@ def video_pipeline(config: PipelineConfig) -> PipelineResult:
         promotion=version.reason,
     )
     create_markdown_artifact(
-        f"```\n{render_summary(result)}\n```\n\n[{version.name} v{version.version}]({result.model_version_url})",
+        summary_markdown(config, result, version),
         key="pipeline-summary",
         description="What this pipeline run produced",
     )

@@ -6,7 +6,7 @@ so retries and re-runs only redo what is missing.
 
 from __future__ import annotations
 
-from prefect import flow, task, unmapped
+from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_table_artifact
 from prefect.task_runners import ProcessPoolTaskRunner
 from pydantic import BaseModel
@@ -49,8 +49,14 @@ def finalize(shard: ShardConfig, split: str, results: list[ShardResult]) -> Mani
     return finalize_split(shard, split, results)
 
 
-def publish(manifests: dict[str, Manifest]) -> None:
-    """Table artifacts: one row per shard, one row per rejected video."""
+def reuse_note(results: list[ShardResult]) -> str:
+    reused = sum(result.reused for result in results)
+    return f"reused {reused} of {len(results)} shards (already complete from the same plan)"
+
+
+def publish(manifests: dict[str, Manifest], results: list[ShardResult]) -> None:
+    """Table artifacts: one row per shard (written now or reused), one row per rejected video."""
+    reused = {result.name for result in results if result.reused}
     shards = [
         {
             "split": m.split,
@@ -58,11 +64,12 @@ def publish(manifests: dict[str, Manifest]) -> None:
             "samples": s.samples,
             "MB": round(s.bytes / 1e6, 2),
             "sha256": s.sha256,
+            "reused": s.name in reused,
         }
         for m in manifests.values()
         for s in m.shards
     ]
-    create_table_artifact(shards, key="shards", description="Shards written, per split")
+    create_table_artifact(shards, key="shards", description=f"Shards per split; {reuse_note(results)}")
     rejects = [
         {"split": m.split, "key": r.key, "path": r.path, "reason": r.reason}
         for m in manifests.values()
@@ -85,10 +92,11 @@ def shard_dataset(shard: ShardConfig, synth: SynthConfig | None = None) -> dict[
         synthesize(synth)
     specs = plan(shard)
     results = write.map(specs, shard=unmapped(shard)).result()
+    get_run_logger().info("%s: %s", shard.output, reuse_note(results))
     manifests = {
         split: finalize(shard, split, results) for split in dict.fromkeys(spec.split for spec in specs)
     }
-    publish(manifests)
+    publish(manifests, results)
     return {
         split: ShardedSplit(
             manifest=str(manifest_path(shard.output, split)),

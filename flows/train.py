@@ -8,11 +8,12 @@ over. Progress goes to a progress artifact and the flow's log while Ray trains.
 from __future__ import annotations
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_link_artifact, create_progress_artifact, update_progress_artifact
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.runtime import flow_run
 
+from flows.lineage import lineage_table
 from vidtx.config import PipelineConfig
-from vidtx.tracking.links import run_link
+from vidtx.tracking.lineage import FLOW_RUN_TAG
 from vidtx.train.launcher import train
 from vidtx.train.payload import TrainResult
 
@@ -36,7 +37,7 @@ def run_training(config: PipelineConfig) -> TrainResult:
             "step %d/%d %s", step, max_steps, " ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()))
         )
 
-    tags = {"prefect.flow_run_id": str(flow_run.id), "prefect.flow_run_name": str(flow_run.name)}
+    tags = {FLOW_RUN_TAG: str(flow_run.id), "prefect.flow_run_name": str(flow_run.name)}
     result = train(config, tags=tags, progress=on_progress)
     update_progress_artifact(progress_id, 100.0)
     return result
@@ -46,9 +47,9 @@ def run_training(config: PipelineConfig) -> TrainResult:
 def train_model(config: PipelineConfig) -> TrainResult:
     """Train `config` on Ray (a local instance, or the cluster at RAY_ADDRESS / train.cluster.address)."""
     result = run_training(named_run(config))
-    create_link_artifact(
-        run_link(config, result.mlflow_run_id),
-        link_text=f"MLflow run of {result.run_name}",
-        description="Training metrics, config and lineage",
+    create_markdown_artifact(
+        lineage_table(config, result.mlflow_run_id),
+        key="lineage",
+        description=f"Lineage of training run {result.run_name}",
     )
     return result

@@ -1,3 +1,4 @@
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,23 @@ def test_a_model_that_cannot_be_built_is_a_config_error_naming_the_fields() -> N
     with pytest.raises(ConfigError, match=r"data\.crop_size=60.*model\.name=xvit_tiny.*not a multiple"):
         check_model_config(config)
     check_model_config(load_config(CONFIGS / "experiments/demo.yaml", ["data.crop_size=48"]))
+
+
+def schema_descriptions(node: object, path: str = "") -> Iterator[tuple[str, str]]:
+    """(where, text) of every `description` in a JSON schema: fields' and models' (docstrings)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                yield path or "/", value
+            else:
+                yield from schema_descriptions(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from schema_descriptions(value, f"{path}/{index}")
+
+
+def test_schema_descriptions_have_no_angle_brackets() -> None:
+    """The Prefect run form shows these descriptions as HTML: `<workdir>` would vanish as a tag."""
+    descriptions = dict(schema_descriptions(PipelineConfig.model_json_schema()))
+    assert "/$defs/TrackingConfig/properties/tracking_uri" in descriptions  # the walk reaches fields
+    assert not {where: text for where, text in descriptions.items() if "<" in text or ">" in text}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,9 +10,16 @@ import pytest
 import yaml
 from infra_manifests import assert_deployment_runs
 from mlflow import MlflowClient
+from prefect.cli.deploy._schedules import _construct_schedules
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import DeploymentScheduleCreate
+from prefect.client.schemas.filters import LogFilter, LogFilterTextSearch
+from prefect.client.schemas.objects import Artifact
+from prefect.client.schemas.schedules import CronSchedule
 from prefect.flows import load_flow_from_entrypoint
+from prefect.settings import PREFECT_API_URL
 from prefect.testing.utilities import prefect_test_harness
+from rich.console import Console
 
 from vidtx.config import ConfigError, PipelineConfig, load_config
 
@@ -63,6 +71,18 @@ def artifacts() -> dict[str, list]:
         return found
 
 
+def latest_artifact(key: str) -> Artifact:
+    with get_client(sync_client=True) as client:
+        return max((a for a in client.read_artifacts() if a.key == key), key=lambda a: a.created)
+
+
+def logged(text: str) -> list[str]:
+    """Messages of the flow and task run logs that the API stored, holding `text`."""
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(text=LogFilterTextSearch(query=f'"{text}"')))
+        return [log.message for log in logs]
+
+
 def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     from flows.pipeline import render_summary, video_pipeline
 
@@ -91,6 +111,27 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     assert "[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1)" in markdown
     assert f"/runs/{summary.mlflow_run_id})" in markdown
     assert render_summary(summary).splitlines()[0].startswith("video-pipeline demo finished: test top-1")
+    assert f"flow-run, MLflow run {summary.mlflow_run_id} -> {summary.mlflow_run_url}" in render_summary(
+        summary
+    )
+
+    # Lineage: the train-model flow's table, and the same table plus the model version in the summary.
+    flow_run_id = run.data.tags["prefect.flow_run_id"]
+    prefect_ui = PREFECT_API_URL.value().removesuffix("/api")  # the test harness's server
+    mlflow_run = f"[{summary.mlflow_run_id}](http://127.0.0.1:5000/#/runs/{summary.mlflow_run_id})"
+    lineage = [
+        f"| Prefect flow run | [{flow_run_id}]({prefect_ui}/runs/flow-run/{flow_run_id}) |",
+        f"| data manifest (train) | `{summary.splits['train'].content_hash}` |",
+        f"| MLflow run | {mlflow_run} |",
+        f"| git commit | `{run.data.tags['mlflow.source.git.commit']}` |",
+    ]
+    assert latest_artifact("lineage").data.splitlines()[2:] == lineage
+    pipeline_summary = latest_artifact("pipeline-summary").data
+    model_version = "[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1)"
+    assert pipeline_summary.splitlines()[-5:] == [*lineage, f"| model version | {model_version} |"]
+    assert f"- training run: flow-run, MLflow run {mlflow_run}" in pipeline_summary.splitlines()
+    shards = latest_artifact("shards").description
+    assert re.search(r"reused 0 of [1-9]\d* shards \(already complete from the same plan\)", shards)
 
     # The same run name again, with a longer budget: training resumes from its checkpoint at step 6.
     config.train.max_steps = 9
@@ -100,6 +141,10 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     assert [(point.step, point.value) for point in resumed] == [(6, 6.0)]
     assert again.model_version == "2"
     assert "challenger" in again.aliases
+    # Nothing changed in the dataset: every shard of the second run is the first run's.
+    reuse = re.compile(r"reused ([1-9]\d*) of \1 shards \(already complete from the same plan\)")
+    assert reuse.search(latest_artifact("shards").description)
+    assert any(reuse.search(message) for message in logged("already complete from the same plan"))
 
 
 def test_video_pipeline_checks_the_model_and_the_evaluation_split_before_training(tmp_path: Path) -> None:
@@ -131,8 +176,19 @@ def test_deployments_validate_and_expose_the_config_form() -> None:
             config_schema = schema["definitions"]["PipelineConfig"]["properties"]
             assert {"data", "model", "train", "eval", "registry"} <= set(config_schema)
             assert "zero_stage" in schema["definitions"]["TrainConfig"]["properties"]
-    schedules = [s for d in deployments for s in d.get("schedules") or []]
-    assert any(s.get("cron") and s.get("active") is False for s in schedules)
+
+
+def test_nightly_schedules_are_deployed_inactive() -> None:
+    """Read the way `prefect deploy` reads them (its own parser, then the client schema it sends)."""
+    deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    schedules = [
+        DeploymentScheduleCreate(**schedule)
+        for deployment in deployments
+        for schedule in _construct_schedules(deployment, {}, console=Console(), is_interactive=lambda: False)
+        or []
+    ]
+    assert {s.slug for s in schedules} == {"nightly-retrain", "nightly-retrain-cluster"}
+    assert all(isinstance(s.schedule, CronSchedule) and s.active is False for s in schedules)
 
 
 def test_local_deployments_run_the_demo_config() -> None:

@@ -20,7 +20,7 @@ from vidtx.manifest import load_manifest
 from vidtx.media.encode import encode_mp4
 from vidtx.shard.plan import plan_shards
 from vidtx.shard.synthetic import generate_dataset
-from vidtx.shard.writer import ShardingError, shard_dataset
+from vidtx.shard.writer import ShardingError, plan_dataset, shard_dataset, write_shard
 
 
 def members(tar: Path) -> dict[str, bytes]:
@@ -183,6 +183,9 @@ def test_rerun_skips_finished_shards_and_rewrites_damaged_ones(
         "train-000002.tar"
     }
     assert second == first
+    # What the shard flow reports as reused: every shard is now complete; the marker is unchanged.
+    assert all(write_shard(spec, cfg).reused for spec in plan_dataset(cfg))
+    assert not any("reused" in json.loads(marker.read_text()) for marker in tmp_path.glob("*.stats.json"))
 
 
 def test_rerun_rebuilds_exactly_the_shards_whose_source_videos_changed(

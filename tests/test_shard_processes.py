@@ -3,6 +3,7 @@ behind: its pool workers and their prober children die with it, and nothing writ
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from vidtx.config import SynthConfig
+from vidtx.processes import TerminatedError, sigterm_raises
 from vidtx.shard.synthetic import generate_dataset
 
 
@@ -79,3 +81,68 @@ def test_stopping_the_shard_job_stops_its_workers_and_probers(tmp_path: Path, st
         assert job.returncode == 128 + signal.SIGTERM
         assert "Traceback" not in stderr, stderr
         assert "stopped by SIGTERM" in stderr
+
+
+CHILD_STARTS = """
+import os, sys
+{import_line}
+from vidtx.processes import forkserver_context
+
+if __name__ == "__main__":
+    context = forkserver_context()
+    for _ in range(3):
+        child = context.Process(target=os.getpid)
+        child.start()
+        child.join()
+        assert child.exitcode == 0
+"""
+
+
+@pytest.mark.parametrize("run_as", ["script", "module"])
+def test_forkserver_children_do_not_import_the_programs_modules_again(tmp_path: Path, run_as: str) -> None:
+    """Every forkserver child re-runs the parent's main module; what that imports (torch, Prefect: up
+    to 1.3 s) is imported once, by the server, not by each prober child or DataLoader worker."""
+    imports = tmp_path / "imports.txt"
+    (tmp_path / "heavy.py").write_text(
+        f"import os\nopen({str(imports)!r}, 'a').write(f'{{os.getpid()}}\\n')\ndef main(): pass\n"
+    )
+    (tmp_path / "program.py").write_text(CHILD_STARTS.format(import_line="from heavy import main"))
+    command = [sys.executable, "program.py"] if run_as == "script" else [sys.executable, "-m", "program"]
+    result = subprocess.run(command, cwd=tmp_path, check=True, timeout=120, capture_output=True, text=True)
+    importers = imports.read_text().split()
+    assert len(importers) == 2, importers  # the program and its forkserver, none of the 3 children
+    assert result.stderr == ""  # no warning from the children's re-run of the main module
+
+
+class HandlerRan(BaseException):
+    """What a SIGTERM handler installed before `sigterm_raises` raises (as Prefect's flow engine does)."""
+
+
+def send_sigterm_to_self_and_wait() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)  # the handler interrupts this
+
+
+def stop_inside_then_fail_cleaning_up() -> None:
+    with sigterm_raises():
+        with pytest.raises(KeyboardInterrupt):
+            send_sigterm_to_self_and_wait()
+        raise AssertionError("a cleanup that raises is still reported as the stop")
+
+
+def test_sigterm_raises_an_interrupt_inside_and_the_replaced_handlers_exception_outside() -> None:
+    """Inside the block SIGTERM raises a KeyboardInterrupt (what Ray's `ray.get` stops on); leaving
+    the block, TerminatedError, or what the handler it replaced raises; the handler is put back."""
+    with pytest.raises(TerminatedError, match="stopped by SIGTERM"):
+        stop_inside_then_fail_cleaning_up()
+
+    def handler(signum: int, frame: object) -> None:
+        raise HandlerRan
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        with pytest.raises(HandlerRan), sigterm_raises():
+            send_sigterm_to_self_and_wait()
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,4 +1,7 @@
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -6,10 +9,13 @@ import pytest
 from vidtx.config import PipelineConfig, load_config
 from vidtx.tracking.rank_zero import STEP_METRIC, RankZeroMetrics
 from vidtx.tracking.runs import (
+    DRIVER_TAG,
+    END_REASON_TAG,
     EXPERIMENT_KIND_TAG,
     RUN_NAME_TAG,
     TrackingUnavailableError,
     connect,
+    end_orphaned_runs,
     flatten,
     resolve_tracking_uri,
     start_or_resume_run,
@@ -96,3 +102,38 @@ def test_unreachable_tracking_store_fails_fast(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
     with pytest.raises(TrackingUnavailableError, match=r"http://127.0.0.1:9 is unavailable"):
         connect("http://127.0.0.1:9")
+
+
+START_A_RUN_AND_EXIT = """
+import sys
+from vidtx.config import load_config
+from vidtx.tracking.runs import connect, start_or_resume_run
+config = load_config(None, ["tracking.experiment=exp-orphans"])
+start_or_resume_run(connect(sys.argv[1]), config, "killed-run")
+"""
+
+
+def test_a_run_whose_process_is_gone_is_ended_killed_at_the_next_start(tracking_uri: str) -> None:
+    """A training killed outright (SIGKILL, a lost machine) leaves its run RUNNING: the next start on
+    the host ends it KILLED, and leaves alone the runs of live processes and of other hosts."""
+    subprocess.run([sys.executable, "-c", START_A_RUN_AND_EXIT, tracking_uri], check=True, timeout=120)
+    config = load_config(None, ["tracking.experiment=exp-orphans"])
+    client = connect(tracking_uri)
+    live = start_or_resume_run(client, config, "live-run")  # driven by this (live) process
+    elsewhere = start_or_resume_run(client, config, "other-host-run")
+    client.set_tag(elsewhere, DRIVER_TAG, "another-host 1 1.00")
+    pid_reused = start_or_resume_run(client, config, "pid-reused-run")  # this pid, another start time
+    client.set_tag(pid_reused, DRIVER_TAG, f"{socket.gethostname()} {os.getpid()} 1.00")
+
+    ended = end_orphaned_runs(client, "exp-orphans")
+
+    runs = {
+        run.info.run_name: run
+        for run in client.search_runs([client.get_experiment_by_name("exp-orphans").experiment_id])
+    }
+    assert sorted(ended) == sorted(runs[name].info.run_id for name in ("killed-run", "pid-reused-run"))
+    assert runs["killed-run"].info.status == "KILLED"
+    assert "is gone" in runs["killed-run"].data.tags[END_REASON_TAG]
+    assert runs["pid-reused-run"].info.status == "KILLED"
+    assert client.get_run(live).info.status == client.get_run(elsewhere).info.status == "RUNNING"
+    assert end_orphaned_runs(client, "exp-orphans") == []

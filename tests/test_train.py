@@ -211,31 +211,45 @@ def test_cluster_address_submits_a_ray_job(
     assert progress[-1] == 2
 
 
+def start_training_until(
+    config: PipelineConfig, tmp_path: Path, run_name: str, step: int
+) -> subprocess.Popen:
+    """`vidtx train` of `config` in a child process, returned once its MLflow run has logged `step`."""
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(dump_config(config))
+    command = [
+        sys.executable,
+        "-m",
+        "vidtx",
+        "train",
+        str(config_file),
+        "--set",
+        f"train.run_name={run_name}",
+    ]
+    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and driver.poll() is None:
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        if runs and runs[0].data.tags.get("vidtx.checkpoint") is None:
+            steps = [p.step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)]
+            if steps and max(steps) >= step:
+                return driver
+        time.sleep(0.5)
+    driver.kill()
+    pytest.fail(f"training ended or stalled before step {step}: {driver.communicate()[1][-2000:]}")
+
+
 def test_killed_training_job_resumes_when_started_again(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
     """SIGKILL the whole `vidtx train` process tree (driver, local Ray, workers), then run it again."""
     config = run_config(tiny_dataset, tmp_path, max_steps=200, checkpoint_every=10, precision="fp32")
-    config_file = tmp_path / "config.yaml"
-    config_file.write_text(dump_config(config))
-    command = [sys.executable, "-m", "vidtx", "train", str(config_file), "--set", "train.run_name=killed-job"]
-    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    tracking_uri = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
-    try:
-        client = MlflowClient(tracking_uri)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and driver.poll() is None:
-            runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-            if runs and runs[0].data.tags.get("vidtx.checkpoint") is None:
-                steps = [p.step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)]
-                if steps and max(steps) >= 35:
-                    break
-            time.sleep(0.5)
-        assert driver.poll() is None, "training ended before it could be killed"
-    finally:
-        tree = psutil.Process(driver.pid)
-        for process in [*tree.children(recursive=True), tree]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-        driver.wait(timeout=60)
+    driver = start_training_until(config, tmp_path, "killed-job", step=35)
+    tree = psutil.Process(driver.pid)
+    for process in [*tree.children(recursive=True), tree]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    driver.wait(timeout=60)
+    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
 
     config.train.run_name = "killed-job"
     result = train(config)
@@ -245,6 +259,27 @@ def test_killed_training_job_resumes_when_started_again(tiny_dataset: PipelineCo
     assert 10 <= next(iter(restarts)) <= 35
     assert sorted(history(result, STEP_METRIC)) == list(range(1, 201))
     assert len(client.search_runs([e.experiment_id for e in client.search_experiments()])) == 1
+
+
+def test_sigterm_stops_training_with_its_ray_and_ends_the_mlflow_run_killed(
+    tiny_dataset: PipelineConfig, tmp_path: Path
+) -> None:
+    """SIGTERM to `vidtx train` (what `make ui-stop`, `kill` and Prefect's cancel send): the local Ray
+    and its workers stop with it, the MLflow run ends KILLED, exit code 143 and a one-line message."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=400, checkpoint_every=10, precision="fp32")
+    driver = start_training_until(config, tmp_path, "stopped", step=5)
+    tree = psutil.Process(driver.pid).children(recursive=True)
+    assert any("raylet" in p.name() for p in tree), [p.name() for p in tree]
+    driver.send_signal(signal.SIGTERM)
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 143, stderr[-2000:]
+    assert "stopped by SIGTERM; run the same command again to resume" in stderr
+    _, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive, [p.name() for p in alive]
+    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.status == "KILLED"
+    assert max(p.step for p in client.get_metric_history(run.info.run_id, STEP_METRIC)) < 400
 
 
 def test_same_seed_same_first_step_loss(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:

@@ -52,15 +52,19 @@ def fail(message: str, code: int = 2) -> NoReturn:  # one line, no traceback
 
 
 def load(
-    config: Path | None, overrides: list[str] | None, shortcuts: dict[str, Path | None] | None = None
+    config: Path | None,
+    overrides: list[str] | None,
+    shortcuts: dict[str, Path | None] | None = None,
+    model: bool = True,
 ) -> PipelineConfig:
     """The config with `shortcuts` (dotted field -> value, None: not given) and then `--set` applied,
-    its model checked against the zoo."""
+    its model checked against the zoo unless the command builds none (the check costs ~1 s of torch)."""
     from vidtx.model_factory import check_model_config
 
     given = [f"{field}={json.dumps(str(value))}" for field, value in (shortcuts or {}).items() if value]
     loaded = load_config(config, [*given, *(overrides or [])])
-    check_model_config(loaded)
+    if model:
+        check_model_config(loaded)
     return loaded
 
 
@@ -87,7 +91,7 @@ def synth(
     from vidtx.config import SynthConfig
     from vidtx.shard.synthetic import generate_dataset
 
-    cfg = load(config, overrides, {"synth.output": output}).synth or SynthConfig()
+    cfg = load(config, overrides, {"synth.output": output}, model=False).synth or SynthConfig()
     typer.echo(f"wrote {generate_dataset(cfg)}")
 
 
@@ -104,7 +108,7 @@ def shard(
     from vidtx.shard.report import shard_summary
     from vidtx.shard.writer import shard_dataset
 
-    cfg = load(config, overrides, {"shard.source": source, "shard.output": output}).shard
+    cfg = load(config, overrides, {"shard.source": source, "shard.output": output}, False).shard
     for split, manifest in (manifests := shard_dataset(cfg)).items():
         typer.echo(f"{manifest.summary()} -> {manifest_path(cfg.output, split)}")
     typer.echo(shard_summary(cfg.output, manifests))
@@ -204,14 +208,9 @@ def pipeline(
 @app.command()
 def models() -> None:
     """List the model presets with parameters and GFLOPs per view (multiply-adds, as in the papers)."""
-    from vidtx.markdown import markdown_table
-    from vidtx.models import list_models, model_info
+    from vidtx.model_factory import zoo_table
 
-    header = ["preset", "model", "frames x size", "params (M)", "GFLOPs/view", "attn GFLOPs"]
-    row = "{name}|{model}|{num_frames}x{img_size}|{mparams:.1f}|{gflops:.2f}|{attention_gflops:.2f}"
-    infos = [model_info(name) for name in list_models()]
-    rows = [row.format(**info, mparams=info["params"] / 1e6).split("|") for info in infos]
-    typer.echo(markdown_table(header, rows))
+    typer.echo(zoo_table())
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""The model a pipeline config asks for, and the check that a config can build one.
+"""The model a pipeline config asks for, the check that a config can build one, and the zoo's table.
 
 The config schema and the model zoo know nothing of each other; this module joins them. The number
 of classes comes from the training split's manifest, frames and crop size from `config.data`, the rest
@@ -11,7 +11,8 @@ import torch
 
 from vidtx.config import ConfigError, ModelConfig, PipelineConfig
 from vidtx.manifest import load_manifest
-from vidtx.models import VideoTransformer, create_model, list_models, load_image_vit
+from vidtx.markdown import markdown_table
+from vidtx.models import VideoTransformer, create_model, list_models, load_image_vit, model_info
 from vidtx.models.weights import load_official_checkpoint, official_num_classes, read_official_checkpoint
 
 
@@ -66,3 +67,13 @@ def check_model_config(config: PipelineConfig) -> None:
         fields = [f"data.crop_size={data.crop_size}", f"data.num_frames={data.num_frames}"]
         fields += [f"model.name={model.name}"] + [f"model.options.{k}={v}" for k, v in model.options.items()]
         raise ConfigError(f"{', '.join(fields)}: {err}") from None
+
+
+def zoo_table() -> str:
+    """Every preset with its parameters and GFLOPs per view (multiply-adds), as a Markdown table."""
+    header = ["preset", "model", "frames x size", "params (M)", "GFLOPs/view", "attn GFLOPs"]
+    row = "{name}|{model}|{num_frames}x{img_size}|{mparams:.1f}|{gflops:.2f}|{attention_gflops:.2f}"
+    infos = [model_info(name) for name in list_models()]
+    return markdown_table(
+        header, [row.format(**info, mparams=info["params"] / 1e6).split("|") for info in infos]
+    )

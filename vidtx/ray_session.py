@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +30,7 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
         # merge a second one that sets the same fields
         init_kwargs.pop("runtime_env", None)
     address = address or _cluster_from_environment()
-    with _on_loopback_only() if address == "local" else contextlib.nullcontext():
+    with _on_loopback_only() if address == "local" else contextlib.nullcontext(), _sigterm_kept():
         ray.init(address=address, **init_kwargs)
     try:
         yield
@@ -65,3 +67,17 @@ def _on_loopback_only() -> Iterator[None]:
         yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = may_form_cluster
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Keep the process's own SIGTERM handling across `ray.init`. Ray's core worker installs a C
+    handler that dumps a stack and aborts on SIGTERM (exit -6, nothing unwound: the local Ray and the
+    MLflow run were left behind); the handler Python had (vidtx's `sigterm_raises`, Prefect's
+    cancellation bridge, or the default) is put back."""
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)

@@ -63,7 +63,7 @@ class ShardConfig(StrictModel):
     video_root: Path | None = Field(
         None, description="Where annotation formats find the videos (None: the annotation file's folder)."
     )
-    output: Path = Field(Path("data/shards"), description="Folder for <split>-NNNNNN.tar and manifests.")
+    output: Path = Field(Path("data/shards"), description="Folder for SPLIT-NNNNNN.tar and manifests.")
     splits: list[str] | None = Field(None, description="Splits to shard (None: every split in the source).")
     max_samples_per_shard: int = Field(1000, ge=1, le=1_000_000)
     max_bytes_per_shard: int = Field(

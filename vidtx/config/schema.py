@@ -71,7 +71,7 @@ class TrackingConfig(StrictModel):
     """
 
     tracking_uri: str | None = Field(
-        None, description="MLflow URI. MLFLOW_TRACKING_URI wins; None: sqlite:///<workdir>/mlflow.db."
+        None, description="MLflow URI. MLFLOW_TRACKING_URI wins; None: sqlite:///WORKDIR/mlflow.db."
     )
     experiment: str = "vidtx"
     ui_url: str | None = Field(
@@ -82,7 +82,7 @@ class TrackingConfig(StrictModel):
 
 
 class PipelineConfig(StrictModel):
-    """The whole pipeline: synthesise (optional) -> shard -> train -> evaluate -> register.
+    """The whole pipeline: synthesise (optional), shard, train, evaluate, register.
 
     The root config every entry point takes (CLI, Prefect flows, Ray workers); each stage reads its
     own sections. `name` labels the run (the default training run name derives from it).

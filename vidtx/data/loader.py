@@ -46,6 +46,7 @@ from vidtx.data.transforms import EvalTransform, TrainTransform
 from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
 from vidtx.media.decode import Video, VideoDecodeError, open_video, scaled_size
 from vidtx.media.frames import JpegFrames
+from vidtx.processes import forkserver_context
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def _collate_eval(batch: list[tuple[torch.Tensor, int, str]]) -> EvalBatch:
 
 
 def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
-    workers = {"multiprocessing_context": "forkserver"} if num_workers > 0 else {}
+    workers = {"multiprocessing_context": forkserver_context(__name__)} if num_workers > 0 else {}
     return wds.WebLoader(
         dataset, batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(), **workers
     )

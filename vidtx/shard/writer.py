@@ -27,11 +27,11 @@ import os
 import tarfile
 from collections import Counter
 from functools import partial
-from multiprocessing import current_process, get_context
+from multiprocessing import current_process
 from pathlib import Path
 
 import webdataset as wds
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from vidtx.config import ShardConfig
 from vidtx.log import setup_logging, track
@@ -44,7 +44,7 @@ from vidtx.manifest import (
     manifest_path,
     reason_counts,
 )
-from vidtx.processes import die_with_parent, sigterm_raises
+from vidtx.processes import die_with_parent, forkserver_context, sigterm_raises
 from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards, read_dataset
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
 from vidtx.shard.report import write_ignored
@@ -69,6 +69,8 @@ class ShardResult(BaseModel):
     rejects: list[Reject]
     class_names: list[str]  # the plan's label map, so finalizing needs nothing but the results
     fingerprint: str  # `shard_fingerprint`: the plan, processing and source files the tar was written from
+    # True when `write_shard` found the shard complete and did not write it; not saved in the marker.
+    reused: bool = Field(False, exclude=True)
 
 
 def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Path:
@@ -99,7 +101,9 @@ def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResul
         return None
     result = ShardResult.model_validate_json(stats.read_text())
     intact = tar.stat().st_size == result.bytes and file_sha256(tar) == result.sha256
-    return result if result.fingerprint == fingerprint and intact else None
+    if result.fingerprint != fingerprint or not intact:
+        return None
+    return result.model_copy(update={"reused": True})
 
 
 def _sample(
@@ -265,7 +269,7 @@ def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
             # forkserver: workers start clean (no decoder or thread state inherited). A Pool rather
             # than a ProcessPoolExecutor: leaving the block (on `TerminatedError` too) terminates the
             # workers at once instead of waiting for their shards.
-            with get_context("forkserver").Pool(
+            with forkserver_context(__name__).Pool(
                 cfg.processes, _start_worker, (logging.getLogger().level,)
             ) as pool:
                 results = list(track(pool.imap_unordered(write, specs), "shards", total=len(specs)))

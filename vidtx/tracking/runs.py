@@ -3,6 +3,10 @@
 The driver (launcher) creates or finds the run before any compute and logs the resolved config as
 params; Ray worker rank 0 attaches to that run id and logs metrics. Restarts (a worker dies, the whole
 job is started again with the same run name) land in the same run.
+
+A run records the process that drives it (`vidtx.driver`: host, pid and start time). One whose driver
+was killed outright (SIGKILL, a lost machine) would stay RUNNING for ever: the next training started
+on that host ends it KILLED (`end_orphaned_runs`).
 """
 
 from __future__ import annotations
@@ -10,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import mlflow
+import psutil
 from mlflow import MlflowClient
 from mlflow.entities import Param, Run
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
@@ -28,6 +34,8 @@ logger = logging.getLogger(__name__)
 RUN_NAME_TAG = "vidtx.run_name"
 CHECKPOINT_TAG = "vidtx.checkpoint"  # the run's latest checkpoint, set when training finishes
 BEST_CHECKPOINT_TAG = "vidtx.best_checkpoint"  # its best by validation top-1
+DRIVER_TAG = "vidtx.driver"  # "<host> <pid> <start time>" of the process that runs the training
+END_REASON_TAG = "vidtx.end_reason"  # why a run was ended by something other than its own process
 # MLflow 3's UI opens an experiment without this tag in GenAI mode (an empty Traces page); with it, on
 # its runs. The values are the UI's ExperimentKind ("genai_development", "custom_model_development", ...)
 EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND = "mlflow.experimentKind", "custom_model_development"
@@ -168,7 +176,7 @@ def start_or_resume_run(
     A new run gets the resolved config as params (flattened) and as `config.yaml`, plus lineage tags.
     An existing run is reopened (status RUNNING) and only gets the new tags: params are immutable.
     """
-    lineage = {RUN_NAME_TAG: run_name, **(tags or {})}
+    lineage = {RUN_NAME_TAG: run_name, DRIVER_TAG: _process_identity(psutil.Process()), **(tags or {})}
     if commit := git_commit():
         lineage[MLFLOW_GIT_COMMIT] = commit
     if existing := find_run(client, config.tracking.experiment, run_name):
@@ -192,3 +200,42 @@ def last_logged_step(client: MlflowClient, run_id: str, metric: str) -> int:
     """Highest step already logged for `metric` (-1 if none): a resumed run does not log a step twice."""
     history = client.get_metric_history(run_id, metric)
     return max((point.step for point in history), default=-1)
+
+
+def _process_identity(process: psutil.Process) -> str:
+    """ "<host> <pid> <start time>": a pid alone is reused."""
+    return f"{socket.gethostname()} {process.pid} {process.create_time():.2f}"
+
+
+def _is_alive(driver: str) -> bool:
+    """Whether the process a DRIVER_TAG names still runs (on this host)."""
+    try:
+        pid = int(driver.split(" ")[1])
+    except (IndexError, ValueError):
+        return True  # not a tag this module wrote: nothing to tell
+    try:
+        return _process_identity(psutil.Process(pid)) == driver
+    except psutil.NoSuchProcess:
+        return False
+
+
+def end_orphaned_runs(client: MlflowClient, experiment_name: str) -> list[str]:
+    """End as KILLED the experiment's RUNNING runs whose driver was a process of this host that no
+    longer exists; their ids. Runs driven from other hosts are left alone: nothing here can tell."""
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        return []
+    ended = []
+    for run in client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'"):
+        driver = run.data.tags.get(DRIVER_TAG, "")
+        if driver.split(" ")[0] != socket.gethostname() or _is_alive(driver):
+            continue
+        client.set_tag(run.info.run_id, END_REASON_TAG, f"its process ({driver}) is gone")
+        client.set_terminated(run.info.run_id, status="KILLED")
+        logger.warning(
+            "MLflow run %s (%s) was left RUNNING by a process that is gone: ended as KILLED",
+            run.info.run_id,
+            run.info.run_name,
+        )
+        ended.append(run.info.run_id)
+    return ended

@@ -23,11 +23,14 @@ from ray.train.torch import TorchTrainer
 
 from vidtx.config import PipelineConfig
 from vidtx.model_factory import check_model_config
+from vidtx.processes import TerminatedError, sigterm_raises
 from vidtx.ray_session import ray_session
+from vidtx.tracking.lineage import MANIFEST_HASH_TAG
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
     CHECKPOINT_TAG,
     connect,
+    end_orphaned_runs,
     resolve_tracking_uri,
     start_or_resume_run,
 )
@@ -71,7 +74,8 @@ def _train_on_ray(
     manifest, validation = training_splits(config.data)  # before the tracking store is created
     tracking_uri = resolve_tracking_uri(config)
     client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
-    lineage = {"vidtx.manifest_hash": manifest.content_hash, "ray.run_name": run_name, **tags}
+    lineage = {MANIFEST_HASH_TAG: manifest.content_hash, "ray.run_name": run_name, **tags}
+    end_orphaned_runs(client, config.tracking.experiment)
     run_id = start_or_resume_run(client, config, run_name, lineage)
 
     storage_path = storage_location(train_cfg.storage_path)
@@ -84,8 +88,8 @@ def _train_on_ray(
         mlflow_run_id=run_id,
         validation=validation,
     )
-    try:
-        with ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
+    try:  # SIGTERM unwinds too: the local Ray is shut down and the run ended KILLED
+        with sigterm_raises(), ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
             _check_resources(config, autoscaling=address is not None)
             trainer = _build_trainer(payload, run_name, storage_path)
             logger.info(
@@ -97,8 +101,9 @@ def _train_on_ray(
             )
             with follow_progress(client, run_id, train_cfg.max_steps, progress):
                 result = trainer.fit()
-    except BaseException:
-        client.set_terminated(run_id, status="FAILED")
+    except BaseException as err:  # stopped from outside (SIGTERM, Ctrl-C, a Prefect cancellation): KILLED
+        stopped = isinstance(err, TerminatedError) or not isinstance(err, Exception)
+        client.set_terminated(run_id, status="KILLED" if stopped else "FAILED")
         raise
     best = result.best_checkpoints[-1][0] if result.best_checkpoints else None
     for tag, checkpoint in {CHECKPOINT_TAG: result.checkpoint, BEST_CHECKPOINT_TAG: best}.items():
