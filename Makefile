@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install demo test lint format bench ui ui-stop clean
+.PHONY: install demo test test-ui lint format bench ui ui-stop clean
 
 install: $(STAMP)
 
@@ -31,6 +31,12 @@ test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Opt-in browser test of `make ui` / `make ui-stop` (not run by .ci/run: it needs Debian's chromium).
+test-ui: install
+	@command -v chromium >/dev/null || { echo "error: test-ui needs Debian's chromium (apt-get install chromium)"; exit 1; }
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,ui-test]"
+	VIDTX_TEST_UI=1 $(BIN)/python -m pytest -m ui tests/test_ui.py $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

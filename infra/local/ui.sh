@@ -6,14 +6,19 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 BIN=${BIN:-.venv/bin}
-STATE=.ui
+STATE=${UI_STATE:-.ui}  # pid files and logs
 PREFECT_PORT=${PREFECT_PORT:-4200}
 MLFLOW_PORT=${MLFLOW_PORT:-5000}
-MLFLOW_DB=${MLFLOW_DB:-runs/demo/mlflow.db}
+MLFLOW_DB=$(realpath -m "${MLFLOW_DB:-runs/demo/mlflow.db}")
 export PREFECT_HOME=${PREFECT_HOME:-$PWD/.prefect}
 export PREFECT_API_URL="http://127.0.0.1:${PREFECT_PORT}/api"
 eval "$("$BIN/python" -m vidtx.env)"  # the environment defaults every vidtx entry point applies
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false  # no huey job workers on a small machine
+# Concurrency-slot leases on disk (under PREFECT_HOME), not in the server's memory: a server restart
+# would otherwise forget the lease of a run whose process died while the slot stays taken, and
+# `train-model` (concurrency_limit 1) would wait in AwaitingConcurrencySlot for ever. On disk, the
+# lease of a dead run expires and the server's repossessor frees the slot.
+export PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE=prefect.server.concurrency.lease_storage.filesystem
 
 wait_for() {  # URL NAME: poll until it answers, up to 120 s
   for _ in $(seq 120); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 1; done
@@ -31,7 +36,7 @@ start() {
   if [ -e "$STATE/prefect-server.pid" ]; then echo "already started (make ui-stop first)" >&2; exit 1; fi
   start_background prefect-server "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT"
   start_background mlflow-ui "$BIN/mlflow" ui --host 127.0.0.1 --port "$MLFLOW_PORT" \
-    --backend-store-uri "sqlite:///$PWD/$MLFLOW_DB" --workers 1
+    --backend-store-uri "sqlite:///$MLFLOW_DB" --workers 1
   wait_for "http://127.0.0.1:${PREFECT_PORT}/api/health" prefect-server
   wait_for "http://127.0.0.1:${MLFLOW_PORT}/health" mlflow-ui
   "$BIN/prefect" work-pool inspect vidtx-process >/dev/null 2>&1 \
@@ -40,6 +45,8 @@ start() {
     --name shard-dataset/local --name train-model/local --name evaluate-model/local \
     --name register-model/local --name video-pipeline/demo >"$STATE/deploy.log" 2>&1 \
     || { echo "error: prefect deploy failed (see $STATE/deploy.log)" >&2; exit 1; }
+  # runs left in flight by a previous worker (killed, or the machine went down) have no process
+  "$BIN/python" infra/local/flow_runs.py crash-orphans
   start_background prefect-worker "$BIN/prefect" worker start --pool vidtx-process
   cat <<MSG
 Prefect UI: http://127.0.0.1:${PREFECT_PORT}   (deployments: video-pipeline/demo, train-model/local, ...)
@@ -50,21 +57,48 @@ Stop:       make ui-stop
 MSG
 }
 
+descendants() {  # PID...: every process below them, deepest last
+  local pid child
+  for pid in "$@"; do
+    for child in $(ps -o pid= --ppid "$pid" 2>/dev/null); do echo "$child"; descendants "$child"; done
+  done
+}
+
+stop_process() {  # PID: SIGTERM, then SIGINT (the Prefect worker wants a second signal), then SIGKILL
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+  kill -INT "$pid" 2>/dev/null || true
+  for _ in $(seq 10); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
 stop() {
-  local pidfile pid
+  local pidfile pid started=() tree=() left=()
+  for pidfile in "$STATE"/*.pid; do [ -e "$pidfile" ] && started+=("$(cat "$pidfile")"); done
+  [ ${#started[@]} -gt 0 ] || { echo "nothing to stop"; return 0; }
+  # Everything below what `make ui` started (flow runs, their local Ray, its workers), taken now:
+  # a process whose parent is stopped first is re-parented and can no longer be found from here.
+  mapfile -t tree < <(descendants "${started[@]}")
+  if [ -e "$STATE/prefect-worker.pid" ] && curl -fsS -o /dev/null "$PREFECT_API_URL/health" 2>/dev/null; then
+    # Through the API, so that the runs end Cancelled and their training unwinds (Ray stopped,
+    # MLflow run KILLED); the worker stops the flow-run processes.
+    "$BIN/python" infra/local/flow_runs.py cancel --timeout 90 || true
+  fi
   for pidfile in "$STATE"/prefect-worker.pid "$STATE"/*.pid; do
     [ -e "$pidfile" ] || continue
     pid=$(cat "$pidfile")
-    if kill -0 "$pid" 2>/dev/null; then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-      kill -INT "$pid" 2>/dev/null || true  # the Prefect worker wants a second signal
-      for _ in $(seq 10); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
+    stop_process "$pid"
     rm -f "$pidfile"
     echo "stopped $(basename "$pidfile" .pid) ($pid)"
   done
+  for pid in "${tree[@]}"; do kill -0 "$pid" 2>/dev/null && left+=("$pid"); done
+  if [ ${#left[@]} -gt 0 ]; then  # e.g. Ray's agents, which ignore SIGTERM
+    kill -TERM "${left[@]}" 2>/dev/null || true
+    sleep 5
+    kill -KILL "${left[@]}" 2>/dev/null || true
+    echo "stopped ${#left[@]} processes left below them"
+  fi
 }
 
 case "${1:-}" in

@@ -1,0 +1,169 @@
+"""The UIs as a person meets them (`make test-ui`; opt-in: needs Debian's `chromium` and the `ui-test`
+extra): `infra/local/ui.sh start` as `make ui` runs it, on free ports and a state of its own; a headless
+Chromium, driven by Playwright, reads the Prefect and MLflow pages; `ui.sh stop` as `make ui-stop`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from vidtx.config import PipelineConfig, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("VIDTX_CHROMIUM") or shutil.which("chromium")
+DEPLOYED_FLOWS = ["shard-dataset", "train-model", "evaluate-model", "register-model", "video-pipeline"]
+
+pytestmark = [
+    pytest.mark.ui,
+    pytest.mark.skipif(
+        os.environ.get("VIDTX_TEST_UI") != "1", reason="browser test: run with `make test-ui`"
+    ),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class Stack:
+    prefect_url: str
+    mlflow_url: str
+    ports: tuple[int, int]
+    state: Path
+    env: dict[str, str]
+
+    def processes(self) -> list[psutil.Process]:
+        """What `ui.sh start` started (from its pid files) and everything below."""
+        found = []
+        for pidfile in self.state.glob("*.pid"):
+            try:
+                process = psutil.Process(int(pidfile.read_text()))
+                found += [process, *process.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+
+def ui_sh(stack_env: dict[str, str], action: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "infra/local/ui.sh", action], cwd=ROOT, env=stack_env, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    prefect_port, mlflow_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "BIN": str(Path(sys.executable).parent),
+        "UI_STATE": str(tmp_path / "ui"),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_PORT": str(prefect_port),
+        "MLFLOW_PORT": str(mlflow_port),
+        "MLFLOW_DB": str(tmp_path / "mlflow.db"),
+    }
+    started = ui_sh(env, "start")
+    stack = Stack(
+        f"http://127.0.0.1:{prefect_port}", f"http://127.0.0.1:{mlflow_port}", (prefect_port, mlflow_port),
+        tmp_path / "ui", env,
+    )  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        yield stack
+    finally:
+        ui_sh(env, "stop")
+
+
+def pipeline_config(tmp_path: Path, mlflow_db: str) -> PipelineConfig:
+    """The demo pipeline, shrunk (4 classes of 32x32 videos, 6 steps), logging to the UI's MLflow store."""
+    return load_config(
+        ROOT / "configs/experiments/demo.yaml",
+        [
+            f"workdir={tmp_path}",
+            f"synth.output={tmp_path / 'videos'}",
+            "synth.classes=[moving_left, moving_right, growing, shrinking]",
+            "synth.videos_per_class={train: 6, val: 3, test: 3}",
+            "synth.num_frames=8",
+            "synth.size=32",
+            f"shard.source={tmp_path / 'videos/annotations.csv'}",
+            f"shard.output={tmp_path / 'shards'}",
+            "shard.max_samples_per_shard=8",
+            "data.num_frames=4",
+            "data.short_side=32",
+            "data.crop_size=32",
+            "data.num_workers=0",
+            f"train.storage_path={tmp_path / 'ray'}",
+            "train.max_steps=6",
+            "train.micro_batch_size=4",
+            "train.checkpoint_every=3",
+            "eval.batch_size=4",
+            f"tracking.tracking_uri=sqlite:///{mlflow_db}",
+            "registry.model_name=vidtx-ui-test",
+            "registry.min_top1=0",  # 6 steps learn nothing: the champion alias on the page is what is tested
+        ],
+    )
+
+
+def run_deployment(stack: Stack, name: str, parameters: dict) -> str:
+    """Run a deployment through the server `ui.sh` started, as the UI's Run button does; the flow run
+    id once the run is final (the worker that `ui.sh` started runs it)."""
+    from prefect.deployments import run_deployment as run
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: f"{stack.prefect_url}/api"}):
+        flow_run = run(name, parameters=parameters, timeout=900)
+    assert flow_run.state is not None
+    assert flow_run.state.is_completed(), flow_run.state
+    return str(flow_run.id)
+
+
+def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothing(
+    stack: Stack, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    assert CHROMIUM, "Debian's chromium is needed: apt-get install chromium"
+    config = pipeline_config(tmp_path / "run", stack.env["MLFLOW_DB"])
+    shard_run = run_deployment(
+        stack,
+        "shard-dataset/local",
+        {"shard": config.shard.model_dump(mode="json"), "synth": config.synth.model_dump(mode="json")},
+    )
+    run_deployment(stack, "video-pipeline/demo", {"config": config.model_dump(mode="json")})
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"{stack.prefect_url}/deployments")
+        for flow in DEPLOYED_FLOWS:
+            expect(page.get_by_text(flow, exact=True).first).to_be_visible(timeout=60_000)
+        page.goto(f"{stack.prefect_url}/runs/flow-run/{shard_run}")
+        expect(page.get_by_text("Completed").first).to_be_visible(timeout=60_000)
+        page.goto(f"{stack.mlflow_url}/#/models/vidtx-ui-test")
+        expect(page.get_by_text("champion").first).to_be_visible(timeout=60_000)
+        browser.close()
+
+    started = stack.processes()
+    stopped = ui_sh(stack.env, "stop")
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert not alive, [process.name() for process in alive]
+    assert not any(listening(port) for port in stack.ports)
