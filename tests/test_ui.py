@@ -4,17 +4,20 @@ Chromium, driven by Playwright, reads the Prefect and MLflow pages; `ui.sh stop`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
+from mlflow import MlflowClient
 
 from vidtx.config import PipelineConfig, load_config
 
@@ -167,3 +170,47 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
     _, alive = psutil.wait_procs(started, timeout=30)
     assert not alive, [process.name() for process in alive]
     assert not any(listening(port) for port in stack.ports)
+
+
+def test_a_run_whose_worker_was_killed_is_crashed_and_frees_the_training_slot(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Kill the worker and everything below it mid-training, start the UIs again: the dead run is
+    Crashed, its MLflow run ends KILLED, and a new `train-model` run (concurrency limit 1) trains."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment as run
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from vidtx.shard.synthetic import generate_dataset
+    from vidtx.shard.writer import shard_dataset
+
+    config = pipeline_config(tmp_path / "run", stack.env["MLFLOW_DB"])
+    generate_dataset(config.synth)
+    shard_dataset(config.shard)
+    config.data.shards = config.shard.output
+    long_run = config.model_copy(deep=True)
+    long_run.train.max_steps = 100_000
+    with temporary_settings({PREFECT_API_URL: f"{stack.prefect_url}/api"}):
+        doomed = run("train-model/local", parameters={"config": long_run.model_dump(mode="json")}, timeout=0)
+        tracking = MlflowClient(f"sqlite:///{stack.env['MLFLOW_DB']}")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not tracking.search_runs(
+            [e.experiment_id for e in tracking.search_experiments()], "metrics.`train/loss` > 0"
+        ):
+            time.sleep(2)
+        worker = psutil.Process(int((stack.state / "prefect-worker.pid").read_text()))
+        for process in [worker, *worker.children(recursive=True)]:  # a crash: nothing is told
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        assert ui_sh(stack.env, "stop").returncode == 0
+        restarted = ui_sh(stack.env, "start")
+        assert restarted.returncode == 0, restarted.stderr[-3000:]
+        assert "marked Crashed" in restarted.stdout
+        with get_client(sync_client=True) as client:
+            assert client.read_flow_run(doomed.id).state_name == "Crashed"
+        assert run_deployment(stack, "train-model/local", {"config": config.model_dump(mode="json")})
+    runs = {
+        r.info.run_name: r
+        for r in tracking.search_runs([e.experiment_id for e in tracking.search_experiments()])
+    }
+    assert runs[f"demo-{doomed.id}"].info.status == "KILLED"  # ended by the next training's start

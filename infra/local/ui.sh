@@ -80,7 +80,8 @@ stop() {
   # Everything below what `make ui` started (flow runs, their local Ray, its workers), taken now:
   # a process whose parent is stopped first is re-parented and can no longer be found from here.
   mapfile -t tree < <(descendants "${started[@]}")
-  if [ -e "$STATE/prefect-worker.pid" ] && curl -fsS -o /dev/null "$PREFECT_API_URL/health" 2>/dev/null; then
+  if kill -0 "$(cat "$STATE/prefect-worker.pid" 2>/dev/null)" 2>/dev/null \
+    && curl -fsS -o /dev/null "$PREFECT_API_URL/health" 2>/dev/null; then
     # Through the API, so that the runs end Cancelled and their training unwinds (Ray stopped,
     # MLflow run KILLED); the worker stops the flow-run processes.
     "$BIN/python" infra/local/flow_runs.py cancel --timeout 90 || true
