@@ -133,6 +133,8 @@ def video_pipeline(config: PipelineConfig) -> PipelineResult:
 def main(argv: list[str] | None = None) -> None:
     """`python -m flows.pipeline CONFIG [--set KEY=VALUE ...] [--json]` (what `vidtx pipeline` runs)."""
     import argparse
+    import datetime
+    import sys
 
     from vidtx.config import load_config
     from vidtx.log import setup_logging
@@ -142,9 +144,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a summary")
     args = parser.parse_args(argv)
-    setup_logging()
-    result = video_pipeline(load_config(args.config, args.overrides))
-    print(result.model_dump_json(indent=2) if args.json else f"\n{render_summary(result)}")
+    config = load_config(args.config, args.overrides)
+    log_file = (config.workdir / "logs" / f"pipeline-{datetime.datetime.now():%Y%m%d-%H%M%S}.log").resolve()
+    setup_logging(log_file=log_file)
+    print(f"video-pipeline {config.name}: the full log goes to {log_file}", file=sys.stderr)
+    result = video_pipeline(config)
+    print(
+        result.model_dump_json(indent=2)
+        if args.json
+        else f"\n{render_summary(result)}\n  full log       {log_file}"
+    )
 
 
 if __name__ == "__main__":
