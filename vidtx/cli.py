@@ -108,7 +108,7 @@ def shard(
     from vidtx.shard.report import shard_summary
     from vidtx.shard.writer import shard_dataset
 
-    cfg = load(config, overrides, {"shard.source": source, "shard.output": output}, False).shard
+    cfg = load(config, overrides, {"shard.source": source, "shard.output": output}, model=False).shard
     for split, manifest in (manifests := shard_dataset(cfg)).items():
         typer.echo(f"{manifest.summary()} -> {manifest_path(cfg.output, split)}")
     typer.echo(shard_summary(cfg.output, manifests))
