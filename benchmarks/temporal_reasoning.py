@@ -41,7 +41,7 @@ from vidtx.env import apply_defaults
 from vidtx.log import setup_logging
 from vidtx.media.decode import open_video
 from vidtx.models import create_model
-from vidtx.shard.synthetic import CLASSES, PAIRS, generate_dataset
+from vidtx.shard.synthetic import CLASSES, PARTNER, generate_dataset
 from vidtx.train.optim import build_optimizer, build_scheduler
 
 log = logging.getLogger(__name__)
@@ -128,8 +128,7 @@ def model_input(clips: torch.Tensor) -> torch.Tensor:
 
 def partner_index() -> torch.Tensor:
     """For each class, the index of its time-reversed partner."""
-    partner = dict(PAIRS.values()) | {b: a for a, b in PAIRS.values()}
-    return torch.tensor([CLASSES.index(partner[name]) for name in CLASSES])
+    return torch.tensor([CLASSES.index(PARTNER[name]) for name in CLASSES])
 
 
 def evaluate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from prefect import flow
@@ -14,9 +15,12 @@ from flows.shard import ShardedSplit, shard_dataset
 from flows.train import named_run, train_model
 from vidtx.config import PipelineConfig
 from vidtx.model_factory import check_model_config
+from vidtx.shard.synthetic import frame_order_verdict
 from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link, run_link
 from vidtx.tracking.model_registry import ModelVersionInfo
 from vidtx.train.splits import evaluation_split
+
+logger = logging.getLogger("flows.pipeline")  # also when run as __main__ (python -m flows.pipeline)
 
 
 class PipelineResult(BaseModel):
@@ -37,6 +41,7 @@ class PipelineResult(BaseModel):
     model_version_url: str
     aliases: list[str]
     promotion: str  # why the version did or did not become champion
+    frame_order: str | None = None  # on the synthetic dataset: does the top-1 show order is read
 
 
 def plain_link(text: str, url: str) -> str:
@@ -65,6 +70,7 @@ def summary_lines(
             f"{result.run_name}, MLflow run {link(result.mlflow_run_id, result.mlflow_run_url)}",
         ),
         ("model", f"{result.model_uri} aliases {', '.join(result.aliases) or 'none'} ({result.promotion})"),
+        *([("frame order", result.frame_order)] if result.frame_order else []),
         ("browse", f"make ui, then {LOCAL_MLFLOW_UI} (MLflow) and {LOCAL_PREFECT_UI} (Prefect)"),
         ("predict", f"vidtx predict VIDEO.mp4 --model models:/{result.model_name}@champion"),
     ]
@@ -91,6 +97,10 @@ def summary_markdown(config: PipelineConfig, result: PipelineResult, version: Mo
     )
 
 
+def stage(number: int, name: str, what: str) -> None:
+    logger.info("[%d/4] %s: %s", number, name, what)
+
+
 @flow(name="video-pipeline", log_prints=True)
 def video_pipeline(config: PipelineConfig) -> PipelineResult:
     """The whole pipeline. Training reads the shards this run writes (`data.shards` is set to
@@ -99,11 +109,16 @@ def video_pipeline(config: PipelineConfig) -> PipelineResult:
     config = named_run(config)
     config.data.shards = config.shard.output
 
+    stage(1, "shard-dataset", f"{config.shard.source} -> {config.shard.output}")
     splits = shard_dataset(config.shard, config.synth)
-    evaluation_split(config)  # a split the shards lack fails now, not after the training
+    split = evaluation_split(config).split  # a split the shards lack fails now, not after the training
+    train = config.train
+    stage(2, "train-model", f"{train.run_name}: {train.num_workers} workers, {train.max_steps} steps")
     trained = train_model(config)
     checkpoint = trained.best_checkpoint or trained.checkpoint
+    stage(3, "evaluate-model", f"{split} split, {config.eval.num_clips}x{config.eval.num_crops} views")
     evaluation = evaluate_model(config, checkpoint)
+    stage(4, "register-model", config.registry.model_name)
     version = register_model(config, checkpoint, evaluation)
     result = PipelineResult(
         name=config.name,
@@ -121,6 +136,9 @@ def video_pipeline(config: PipelineConfig) -> PipelineResult:
         model_version_url=model_version_link(config, version.name, version.version),
         aliases=version.aliases,
         promotion=version.reason,
+        frame_order=frame_order_verdict(evaluation.metrics()["top1"], evaluation.class_names)
+        if config.synth is not None
+        else None,
     )
     create_markdown_artifact(
         summary_markdown(config, result, version),

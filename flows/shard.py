@@ -6,12 +6,18 @@ so retries and re-runs only redo what is missing.
 
 from __future__ import annotations
 
-from prefect import flow, get_run_logger, task, unmapped
+import contextlib
+from collections.abc import Iterator
+
+from prefect import flow, get_client, get_run_logger, task, unmapped
 from prefect.artifacts import create_table_artifact
+from prefect.futures import as_completed
+from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner
 from pydantic import BaseModel
 
 from vidtx.config import ShardConfig, SynthConfig
+from vidtx.log import setup_logging, track
 from vidtx.manifest import Manifest, manifest_path
 from vidtx.shard.plan import ShardSpec
 from vidtx.shard.synthetic import generate_dataset
@@ -49,6 +55,27 @@ def finalize(shard: ShardConfig, split: str, results: list[ShardResult]) -> Mani
     return finalize_split(shard, split, results)
 
 
+def _task_process_logging() -> None:
+    """Start of each of the flow's task processes: Prefect configures logging when it is imported (this
+    module imports it), then vidtx takes over as in the parent (verbosity and log file from the
+    environment), instead of every process printing Prefect's own console lines."""
+    setup_logging()
+
+
+@contextlib.contextmanager
+def _task_processes_share_the_api() -> Iterator[None]:
+    """Prefect's task processes find the API through PREFECT_API_URL. Without one (a temporary local
+    API) each process started a temporary server of its own: ~20 s and a banner per process. They
+    are given this flow run's."""
+    if PREFECT_API_URL.value():
+        yield
+        return
+    with get_client(sync_client=True) as client:
+        api_url = str(client.api_url)
+    with temporary_settings({PREFECT_API_URL: api_url}):
+        yield
+
+
 def reuse_note(results: list[ShardResult]) -> str:
     reused = sum(result.reused for result in results)
     return f"reused {reused} of {len(results)} shards (already complete from the same plan)"
@@ -82,7 +109,11 @@ def publish(manifests: dict[str, Manifest], results: list[ShardResult]) -> None:
     )
 
 
-@flow(name="shard-dataset", task_runner=ProcessPoolTaskRunner(), log_prints=True)
+@flow(
+    name="shard-dataset",
+    task_runner=ProcessPoolTaskRunner(initializer=_task_process_logging),
+    log_prints=True,
+)
 def shard_dataset(shard: ShardConfig, synth: SynthConfig | None = None) -> dict[str, ShardedSplit]:
     """Shard `shard.source` into WebDataset tars in `shard.output` (generating `synth` first when set).
 
@@ -91,7 +122,11 @@ def shard_dataset(shard: ShardConfig, synth: SynthConfig | None = None) -> dict[
     if synth is not None:
         synthesize(synth)
     specs = plan(shard)
-    results = write.map(specs, shard=unmapped(shard)).result()
+    with _task_processes_share_the_api():
+        futures = write.map(specs, shard=unmapped(shard))
+        for _ in track(as_completed(futures), "write shards", total=len(specs)):
+            pass
+    results = futures.result()
     get_run_logger().info("%s: %s", shard.output, reuse_note(results))
     manifests = {
         split: finalize(shard, split, results) for split in dict.fromkeys(spec.split for spec in specs)

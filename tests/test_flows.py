@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +17,6 @@ from mlflow import MlflowClient
 from prefect.cli.deploy._schedules import _construct_schedules
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import DeploymentScheduleCreate
-from prefect.client.schemas.filters import LogFilter, LogFilterTextSearch
 from prefect.client.schemas.objects import Artifact
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.flows import load_flow_from_entrypoint
@@ -22,7 +24,8 @@ from prefect.settings import PREFECT_API_URL
 from prefect.testing.utilities import prefect_test_harness
 from rich.console import Console
 
-from vidtx.config import ConfigError, PipelineConfig, load_config
+from flows.pipeline import PipelineResult
+from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -51,13 +54,6 @@ def artifacts() -> dict[str, list]:
 def latest_artifact(key: str) -> Artifact:
     with get_client(sync_client=True) as client:
         return max((a for a in client.read_artifacts() if a.key == key), key=lambda a: a.created)
-
-
-def logged(text: str) -> list[str]:
-    """Messages of the flow and task run logs that the API stored, holding `text`."""
-    with get_client(sync_client=True) as client:
-        logs = client.read_logs(LogFilter(text=LogFilterTextSearch(query=f'"{text}"')))
-        return [log.message for log in logs]
 
 
 def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
@@ -110,18 +106,52 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     shards = latest_artifact("shards").description
     assert re.search(r"reused 0 of [1-9]\d* shards \(already complete from the same plan\)", shards)
 
-    # The same run name again, with a longer budget: training resumes from its checkpoint at step 6.
+    # The same run name again, with a longer budget, as `vidtx pipeline` runs it: a child process on a
+    # temporary local Prefect API of its own. Training resumes from its checkpoint at step 6.
     config.train.max_steps = 9
-    again = video_pipeline(config)
+    again, console, log_file = pipeline_in_a_child_process(config, tmp_path)
     assert again.mlflow_run_id == summary.mlflow_run_id
     resumed = tracking.get_metric_history(summary.mlflow_run_id, "train/resumed_from_step")
     assert [(point.step, point.value) for point in resumed] == [(6, 6.0)]
     assert again.model_version == "2"
     assert "challenger" in again.aliases
+    assert "the most a model blind to frame order can reach here" in (again.frame_order or "")
     # Nothing changed in the dataset: every shard of the second run is the first run's.
-    reuse = re.compile(r"reused ([1-9]\d*) of \1 shards \(already complete from the same plan\)")
-    assert reuse.search(latest_artifact("shards").description)
-    assert any(reuse.search(message) for message in logged("already complete from the same plan"))
+    in_file = log_file.read_text()
+    assert re.search(r"reused ([1-9]\d*) of \1 shards \(already complete from the same plan\)", in_file)
+
+    # The console: stage headers, the validation figures and errors only; the rest is in the file.
+    assert len(console) < 25, "\n".join(console)
+    assert [line.split(": ", 1)[1] for line in console if "flows.pipeline: [" in line] == [
+        f"[1/4] shard-dataset: {config.shard.source} -> {config.shard.output}",
+        "[2/4] train-model: flow-run: 2 workers, 9 steps",
+        "[3/4] evaluate-model: test split, 1x3 views",
+        "[4/4] register-model: flow-model",
+    ]
+    assert any("vidtx.train.progress: step 9: validation top-1" in line for line in console)
+    record = re.compile(r"\d\d:\d\d:\d\d \w+ +(\w+)[\w.]*: ")
+    assert {match[1] for line in console if (match := record.match(line))} == {"vidtx", "flows"}
+    assert not any("Traceback" in line or "HTTP Request" in line for line in console)
+    assert "ray.workers: (RayTrainWorker pid=" in in_file
+    # The shard flow's task processes use this run's temporary API instead of starting their own.
+    assert in_file.count("Starting temporary server") == 1
+
+
+def pipeline_in_a_child_process(
+    config: PipelineConfig, tmp_path: Path
+) -> tuple[PipelineResult, list[str], Path]:
+    """`python -m flows.pipeline CONFIG --json` (what `vidtx pipeline` runs) without a Prefect API:
+    (its result, its console lines, its log file)."""
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(dump_config(config))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIDTX_", "PREFECT_API_"))}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    command = [sys.executable, "-m", "flows.pipeline", str(config_file), "--json"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert done.returncode == 0, done.stderr
+    console = done.stderr.splitlines()
+    log_file = Path(console[0].rsplit(" ", 1)[1])
+    return PipelineResult.model_validate_json(done.stdout), console, log_file
 
 
 def test_video_pipeline_checks_the_model_and_the_evaluation_split_before_training(tmp_path: Path) -> None:

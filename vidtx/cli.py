@@ -69,9 +69,9 @@ def load(
 
 
 @app.callback()
-def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False) -> None:
+def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="All output.")] = False) -> None:
     apply_defaults()
-    setup_logging("DEBUG" if verbose else "INFO")
+    setup_logging(verbose)
 
 
 @config_app.command("show")

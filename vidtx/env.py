@@ -16,6 +16,10 @@ DEFAULTS: dict[str, str] = {
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "DO_NOT_TRACK": "true",
     "RAY_USAGE_STATS_ENABLED": "0",
+    # Libraries draw no progress bars of their own (MLflow's artifact downloads, DeepSpeed's
+    # checkpoint consolidation through tqdm): vidtx draws one per stage (vidtx.log).
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "TQDM_DISABLE": "1",
 }
 
 

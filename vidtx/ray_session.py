@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -11,8 +12,16 @@ from typing import Any
 
 import ray
 from ray._private import ray_constants
+from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+from ray._private.worker import filter_autoscaler_events
+
+from vidtx.log import adopt_loggers, owns_console
 
 JOB_CONFIG_VARIABLE = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray in the environment of a Ray Job's driver
+RAY_PRINTER = "ray_print_logs"  # the handler through which `ray.init` prints the workers' output
+WORKER_OUTPUT_HANDLER = "vidtx_worker_output"
+LOOPBACK = ("127.0.0.1", "::1", "localhost", None)
+worker_output = logging.getLogger("ray.workers")
 
 
 @contextlib.contextmanager
@@ -30,12 +39,31 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
         # merge a second one that sets the same fields
         init_kwargs.pop("runtime_env", None)
     address = address or _cluster_from_environment()
+    adopt_loggers()  # Ray's driver-side records (start-up, warnings) go where vidtx's go
     with _on_loopback_only() if address == "local" else contextlib.nullcontext(), _sigterm_kept():
         ray.init(address=address, **init_kwargs)
+    if owns_console():
+        dispatcher.remove_handler(RAY_PRINTER)
+        dispatcher.add_handler(WORKER_OUTPUT_HANDLER, _log_worker_output)
     try:
         yield
     finally:
+        dispatcher.remove_handler(WORKER_OUTPUT_HANDLER)
         ray.shutdown()
+
+
+def _log_worker_output(batch: dict[str, Any]) -> None:
+    """What Ray's workers write (prints, warnings, their log records) as records of `ray.workers`
+    (INFO) instead of Ray's prints on the driver's console, in a process whose logging vidtx set up:
+    in the log file, on the console with --verbose. `tests/test_log.py` notices when a Ray upgrade changes this hook (ray._private)."""
+    lines = batch.get("lines", [])
+    if batch.get("pid") == "autoscaler":  # its status every 5 s; Ray prints only its events
+        lines = list(filter_autoscaler_events(lines))
+    who = batch.get("actor_name") or batch.get("task_name") or ""
+    where = "" if batch.get("ip") in LOOPBACK else f", ip={batch.get('ip')}"
+    origin = f"({who} pid={batch.get('pid')}{where})"
+    for line in lines:
+        worker_output.info("%s %s", origin, line)
 
 
 def _cluster_from_environment() -> str | None:

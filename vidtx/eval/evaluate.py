@@ -19,6 +19,7 @@ from vidtx.config import DataConfig, EvalConfig
 from vidtx.data.loader import build_eval_loader
 from vidtx.data.transforms import normalize_clips
 from vidtx.eval.metrics import ClassificationMetrics, classification_metrics, combine_views, video_loss
+from vidtx.log import track
 from vidtx.manifest import Manifest
 from vidtx.ray_session import ray_session
 
@@ -79,8 +80,10 @@ def predict_split(
     batch_size: int,
     rank: int = 0,
     world_size: int = 1,
+    expected_videos: int | None = None,
 ) -> ViewLogits:
-    """Per-view logits for this rank's share of the split's shards."""
+    """Per-view logits for this rank's share of the split's shards; with a progress bar over
+    `expected_videos` when given."""
     model.eval()
     loader = build_eval_loader(
         data,
@@ -93,7 +96,12 @@ def predict_split(
     )
     weights = next(model.parameters())
     logits, labels, keys = [], [], []
-    for views, batch_labels, batch_keys in loader:  # uint8 views (B, V, T, H, W, C)
+    batches = (
+        track(loader, f"evaluate {split}", total=-(-expected_videos // batch_size))
+        if expected_videos
+        else loader
+    )
+    for views, batch_labels, batch_keys in batches:  # uint8 views (B, V, T, H, W, C)
         batch, num_views = views.shape[:2]
         clips = views.flatten(0, 1).to(weights.device, non_blocking=True)  # (B*V, T, H, W, C)
         out = model(normalize_clips(clips, data.mean, data.std, weights.dtype))  # (B*V, K)
@@ -123,7 +131,7 @@ def evaluate(model: nn.Module, manifest: Manifest, data: DataConfig, eval_cfg: E
         "batch_size": eval_cfg.batch_size,
     }
     if eval_cfg.num_workers == 1:
-        outputs = predict_split(model, data, split, **kwargs)
+        outputs = predict_split(model, data, split, **kwargs, expected_videos=manifest.num_samples)
     else:
         with ray_session():
             model_ref, data = ray.put(model), data.with_absolute_paths()

@@ -37,6 +37,9 @@ PAIRS = {  # motion -> (forward class, backward class)
     "depth": ("approaching", "receding"),
 }
 CLASSES = tuple(name for pair in PAIRS.values() for name in pair)
+PARTNER = dict(PAIRS.values()) | {
+    backward: forward for forward, backward in PAIRS.values()
+}  # class -> reversed
 SPLIT_SEEDS = {"train": 0, "val": 1, "validation": 1, "test": 2}
 
 
@@ -165,6 +168,23 @@ def render_video(cfg: SynthConfig, class_name: str, split: str, index: int) -> n
     split_id = SPLIT_SEEDS.get(split, sum(split.encode()))
     rng = np.random.default_rng([cfg.seed, split_id, list(PAIRS).index(motion), index])
     return render(sample_scene(motion, rng, cfg.size), cfg.num_frames, reverse=class_name == PAIRS[motion][1])
+
+
+def order_blind_ceiling(classes: list[str]) -> float:
+    """The best top-1 a model blind to frame order can expect on balanced classes: 1/2 on a class
+    whose time-reversed partner is among `classes` (it must guess between the two), 1 on the others."""
+    paired = sum(PARTNER[name] in classes for name in classes)
+    return (paired / 2 + len(classes) - paired) / len(classes)
+
+
+def frame_order_verdict(top1: float, classes: list[str]) -> str:
+    """One line: does this top-1 show that the model reads frame order?"""
+    ceiling = order_blind_ceiling(classes)
+    shown = "reads frame order" if top1 > ceiling + 0.1 else "does not show that it reads frame order"
+    return (
+        f"top-1 {top1:.3f} vs {ceiling:.2f}, the most a model blind to frame order can reach here "
+        f"(the classes come in time-reversed pairs): the model {shown}"
+    )
 
 
 def generate_dataset(cfg: SynthConfig) -> Path:

@@ -241,12 +241,12 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
     return manifest
 
 
-def _start_worker(log_level: int) -> None:
+def _start_worker() -> None:
     die_with_parent()  # the forkserver, which exits with the job
     # A Pool marks its workers daemonic, which forbids children; each worker probes in a child of
     # its own (killed on a timeout, dying with the worker), so this one is not a daemon.
     current_process().daemon = False
-    setup_logging(log_level)
+    setup_logging()  # the parent's verbosity and log file, from the environment
 
 
 def plan_dataset(cfg: ShardConfig) -> list[ShardSpec]:
@@ -269,9 +269,7 @@ def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
             # forkserver: workers start clean (no decoder or thread state inherited). A Pool rather
             # than a ProcessPoolExecutor: leaving the block (on `TerminatedError` too) terminates the
             # workers at once instead of waiting for their shards.
-            with forkserver_context(__name__).Pool(
-                cfg.processes, _start_worker, (logging.getLogger().level,)
-            ) as pool:
+            with forkserver_context(__name__).Pool(cfg.processes, _start_worker) as pool:
                 results = list(track(pool.imap_unordered(write, specs), "shards", total=len(specs)))
     splits = dict.fromkeys(spec.split for spec in specs)
     return {split: finalize_split(cfg, split, results) for split in splits}

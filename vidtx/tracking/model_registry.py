@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
@@ -23,6 +24,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
+from mlflow.utils.logging_utils import disable_logging, enable_logging
 from torch import nn
 
 from vidtx.config import PipelineConfig, RegistryConfig, dump_config, load_config
@@ -57,6 +59,17 @@ class ModelVersionInfo:
     def summary(self) -> str:
         """One line: the version, its aliases and why."""
         return f"registered {self.model_uri} aliases {self.alias_text}: {self.reason}"
+
+
+@contextlib.contextmanager
+def _without_mlflow_prints() -> Iterator[None]:
+    """`mlflow.register_model` prints "Successfully registered model ..." and "Created version ..." on
+    stderr (not through logging); the registry's own log record says the same."""
+    disable_logging()
+    try:
+        yield
+    finally:
+        enable_logging()
 
 
 def _signature(num_frames: int, size: int, num_classes: int) -> ModelSignature:
@@ -149,11 +162,12 @@ def register(
                 model,
                 name=registry.model_name,  # the logged model, named as the registered one
                 signature=_signature(data.num_frames, data.crop_size, len(result.class_names)),
-                input_example=example.numpy(),
+                input_example=example.numpy(),  # MLflow 3 exports the model (pt2) by tracing it
                 pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
                 extra_files=[str(Path(directory, name)) for name in files],
             )
-        version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
+        with _without_mlflow_prints():
+            version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
     client.update_model_version(registry.model_name, version, description=card)
     below_floor = _below_floor(registry, result)
     promote, reason = (

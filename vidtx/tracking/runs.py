@@ -28,6 +28,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
 from vidtx.config import ConfigError, PipelineConfig, dump_config
+from vidtx.log import adopt_loggers
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ def connect(tracking_uri: str) -> MlflowClient:
     if (database := sqlite_file(tracking_uri)) is not None:
         database.parent.mkdir(parents=True, exist_ok=True)
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    adopt_loggers()  # MLflow's records go where vidtx's go, also where it was imported after set-up
     try:
         client.search_experiments(max_results=1)
     except Exception as err:

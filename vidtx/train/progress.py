@@ -10,12 +10,14 @@ from collections.abc import Callable, Iterator
 
 from mlflow import MlflowClient
 
+from vidtx.log import progress_bar
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import last_logged_step
 
 logger = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int, int, dict[str, float]], None]  # (step, max_steps, latest metrics)
+VALIDATION_METRIC = "val/top1"
 
 
 @contextlib.contextmanager
@@ -23,37 +25,54 @@ def follow_progress(
     client: MlflowClient,
     run_id: str,
     max_steps: int,
-    progress: ProgressCallback | None,
+    progress: ProgressCallback | None = None,
     interval: float = 5.0,
 ) -> Iterator[None]:
-    """While the body runs, poll the MLflow run and call `progress(step, max_steps, metrics)` on news.
+    """While the body runs, poll the MLflow run: on news, move a progress bar (on a terminal), log one
+    line per new validation result and call `progress(step, max_steps, metrics)`.
 
-    The callback runs on a daemon thread that carries the caller's context variables (so a Prefect task
-    can update its artifacts from it); a failing callback never breaks training.
+    The poll runs on a daemon thread that carries the caller's context variables (so a Prefect task
+    can update its artifacts from it); a failing poll or callback never breaks training.
     """
-    if progress is None:
-        yield
-        return
     stop = threading.Event()
 
-    def poll() -> None:
-        reported = -1
+    def poll(show: Callable[[int, str], None]) -> None:
+        reported, validated = -1, -1
         while True:
             finished = stop.wait(interval)
             try:
                 step = last_logged_step(client, run_id, STEP_METRIC)
                 if step > reported:
-                    progress(step, max_steps, dict(client.get_run(run_id).data.metrics))
+                    metrics = dict(client.get_run(run_id).data.metrics)
+                    show(step, f"loss {metrics[STEP_METRIC]:.3f}" if STEP_METRIC in metrics else "")
+                    validated = _log_validation(client, run_id, validated, metrics)
+                    if progress is not None:
+                        progress(step, max_steps, metrics)
                     reported = step
             except Exception:
                 logger.debug("progress poll failed", exc_info=True)
             if finished:
                 return
 
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(poll,), daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=60)
+    with progress_bar("train", max_steps) as show:
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(poll, show), daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+
+
+def _log_validation(client: MlflowClient, run_id: str, validated: int, metrics: dict[str, float]) -> int:
+    """Log the latest validation if it is newer than step `validated`; returns its step."""
+    step = last_logged_step(client, run_id, VALIDATION_METRIC)
+    if step > validated:
+        logger.info(
+            "step %d: validation top-1 %.3f, top-5 %.3f, loss %.3f",
+            step,
+            metrics[VALIDATION_METRIC],
+            metrics.get("val/top5", float("nan")),
+            metrics.get("val/loss", float("nan")),
+        )
+    return step
