@@ -167,6 +167,12 @@ def _check_resources(config: PipelineConfig, autoscaling: bool) -> None:
             f"train.num_workers = {train_cfg.num_workers} GPU workers, but the Ray cluster has "
             f"{available.get('GPU', 0):g} GPUs"
         )
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    if train_cfg.placement == "strict_spread" and train_cfg.num_workers > nodes:
+        problems.append(
+            f"train.placement = strict_spread needs {train_cfg.num_workers} nodes (one per worker), "
+            f"but the Ray cluster has {nodes}"
+        )
     if problems and not autoscaling:
         raise ValueError("; ".join(problems))
     for problem in problems:
