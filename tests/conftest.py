@@ -108,8 +108,15 @@ def ray_instance() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def tiny_dataset(synthetic_shards: tuple[Path, Path], ray_instance: None) -> PipelineConfig:
-    """The demo pipeline shrunk to the session's synthetic shards (xvit_tiny at 32x32, 4 frames)."""
+def tiny_dataset(tiny_config: PipelineConfig, ray_instance: None) -> PipelineConfig:
+    """`tiny_config` with the session's local Ray started (training and Ray evaluation use it)."""
+    return tiny_config
+
+
+@pytest.fixture(scope="session")
+def tiny_config(synthetic_shards: tuple[Path, Path]) -> PipelineConfig:
+    """The demo pipeline shrunk to the session's synthetic shards (xvit_tiny at 32x32, 4 frames); no
+    local Ray (for runs submitted to a cluster)."""
     _, shards = synthetic_shards
     return load_config(
         None,

@@ -13,7 +13,7 @@ import torch
 import webdataset as wds
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.data.loader import build_eval_loader, build_train_loader, epoch_shards
 from vidtx.data.sampling import FrameSampler
 from vidtx.manifest import Manifest, ShardInfo, content_hash
 
@@ -90,6 +90,18 @@ def test_train_loader_with_two_ranks_and_two_workers(
         assert len(streams[-1]) == len(loader) == math.ceil(24 / 2 / 4)  # half an epoch per rank
         assert all(clips.shape == (4, 4, 28, 28, 3) for clips, _ in streams[-1])
     assert not torch.equal(streams[0][0][0], streams[1][0][0])  # ranks draw different streams
+
+
+@pytest.mark.parametrize(("num_shards", "world_size"), [(5, 2), (8, 4), (7, 3), (3, 3)])
+def test_epoch_shards_are_disjoint_per_rank_and_cover_the_split(num_shards: int, world_size: int) -> None:
+    urls = [f"train-{index:06d}.tar" for index in range(num_shards)]
+    for epoch in range(3):
+        shares = [epoch_shards(urls, 0, epoch, rank, world_size) for rank in range(world_size)]
+        assert sorted(url for share in shares for url in share) == urls  # each shard exactly once
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
+    if num_shards > world_size:  # dealt anew each epoch
+        assert len({tuple(sorted(epoch_shards(urls, 0, epoch, 0, world_size))) for epoch in range(6)}) > 1
+    assert epoch_shards(urls[:1], 0, 0, 1, world_size) == urls[:1]  # fewer shards than ranks: all
 
 
 @pytest.mark.parametrize("source", ["arguments", "environment"])

@@ -27,7 +27,7 @@ from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
 from vidtx.train.launcher import train
-from vidtx.train.payload import TrainResult
+from vidtx.train.payload import TrainResult, checkpoint_uri
 
 pytestmark = pytest.mark.slow
 
@@ -302,3 +302,20 @@ def test_relative_paths_are_read_from_where_the_command_runs(
     assert result.tracking_uri == f"sqlite:///{tmp_path.resolve() / 'run' / 'mlflow.db'}"
     assert 1 in history(result, STEP_METRIC)
     assert Path(result.checkpoint).resolve().is_relative_to(tmp_path.resolve() / "run" / "ray")
+
+
+def test_strict_spread_on_too_few_nodes_fails_at_once(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
+    """The session's local Ray has one node: waiting for a second one would wait forever."""
+    config = run_config(tiny_dataset, tmp_path, placement="strict_spread", max_steps=1)
+    with pytest.raises(ValueError, match="strict_spread needs 2 nodes"):
+        train(config, run_name="strict-spread")
+
+
+def test_checkpoint_paths_keep_the_storage_uri() -> None:
+    """Ray reports paths inside the pyarrow file system; later stages need the URI back."""
+    assert (
+        checkpoint_uri("s3://bucket/runs", "bucket/runs/a/checkpoint-1") == "s3://bucket/runs/a/checkpoint-1"
+    )
+    assert checkpoint_uri("file:///mnt/x", "/mnt/x/a/checkpoint-1") == "file:///mnt/x/a/checkpoint-1"
+    assert checkpoint_uri("/mnt/x", "/mnt/x/a/checkpoint-1") == "/mnt/x/a/checkpoint-1"
+    assert checkpoint_uri("gs://b/r", "gs://b/r/a/checkpoint-1") == "gs://b/r/a/checkpoint-1"

@@ -10,6 +10,7 @@ from vidtx.config.base import StrictModel
 
 AttentionImpl = Literal["auto", "sdpa", "math"]
 Precision = Literal["bf16", "fp16", "fp32"]
+Placement = Literal["pack", "spread", "strict_pack", "strict_spread"]
 
 
 class ModelConfig(StrictModel):
@@ -105,10 +106,20 @@ class TrainConfig(StrictModel):
     """
 
     run_name: str | None = Field(None, description="Names the Ray run; the same name resumes it.")
-    storage_path: str = Field("runs/ray", description="Local folder or object-store URI for checkpoints.")
+    storage_path: str = Field(
+        "runs/ray",
+        description="Local folder or URI (file://, s3://, gs://; any pyarrow file system) for checkpoints; "
+        "on a multi-node cluster, storage every node and the submitter reach.",
+    )
     num_workers: int = Field(2, ge=1, description="Ray Train workers (one per GPU on a GPU cluster).")
     use_gpu: bool = False
     cpus_per_worker: float = Field(1.0, gt=0)
+    placement: Placement = Field(
+        "pack",
+        description="How Ray places the workers on a cluster (Ray Train's placement_strategy): pack fills "
+        "nodes first, spread prefers one worker per node, strict_spread requires it (waits for enough "
+        "nodes), strict_pack requires one node.",
+    )
     max_failures: int = Field(1, ge=0, description="Worker-group restarts from the latest checkpoint.")
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     max_steps: int = Field(100, ge=1, description="Optimizer steps in the whole run.")

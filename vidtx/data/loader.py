@@ -2,13 +2,15 @@
 
 Training (one instance per Ray Train worker; RANK / WORLD_SIZE come from the environment):
 
-    ResampledShards (seeded per rank, DataLoader worker and epoch) -> tar samples -> shuffle buffer
-    -> decode once, sample k clips, augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
+    this rank's shards of the epoch (cycled, split by DataLoader worker) -> tar samples -> shuffle
+    buffer -> decode once, sample k clips, augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
 
-Resampling shards with replacement keeps every rank busy for exactly one epoch of
-`ceil(num_samples / world_size / batch_size)` batches however many shards there are, so ranks stay
-in lock-step for collectives. Iterating a train loader again continues with the next epoch; a
-loader built with `epoch=e` replays epoch e exactly (resume).
+Each epoch the shards are dealt out to the ranks from a seeded permutation that every rank draws
+alike (`epoch_shards`): the ranks' shard sets are disjoint and together are the whole split, on one
+node or many (with fewer shards than ranks every rank reads all of them). A rank cycles through its
+own shards for exactly `ceil(num_samples / world_size / batch_size)` batches, so ranks stay in
+lock-step for collectives however the shards' sizes differ. Iterating a train loader again continues
+with the next epoch; a loader built with `epoch=e` replays epoch e exactly (resume).
 
 Evaluation: the manifest's shards in order, split by rank (`webdataset.split_by_node`) and by
 DataLoader worker, not resampled, so all ranks together see every sample once (shard-level
@@ -174,6 +176,32 @@ def _check_shards(manifest: Manifest, shards_dir: Path) -> None:
         )
 
 
+def epoch_shards(urls: list[str], seed: int, epoch: int, rank: int, world_size: int) -> list[str]:
+    """This rank's shards in `epoch`: a permutation seeded by (seed, epoch), the same on every rank,
+    dealt round-robin, so the ranks' sets are disjoint and cover the split. Fewer shards than ranks:
+    every rank reads all of them (rather than a rank with nothing to train on)."""
+    if len(urls) < world_size:
+        return list(urls)
+    order = np.random.default_rng([seed, epoch]).permutation(len(urls))
+    return [urls[i] for i in order[rank::world_size]]
+
+
+class _CycledShards(torch.utils.data.IterableDataset):
+    """An endless stream of `{"url": ...}` over one rank's shards, split by DataLoader worker (a worker
+    left without one reads all of the rank's), reshuffled each pass."""
+
+    def __init__(self, urls: list[str], seed: int) -> None:
+        self.urls, self.seed = urls, seed
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        _, _, worker, num_workers = wds.utils.pytorch_worker_info()
+        mine = self.urls[worker::num_workers] or self.urls
+        rng = np.random.default_rng([self.seed, worker])
+        while True:
+            for index in rng.permutation(len(mine)):
+                yield {"url": mine[index]}
+
+
 class TrainLoader:
     """One epoch of training batches per iteration; the next iteration is the next epoch."""
 
@@ -182,22 +210,24 @@ class TrainLoader:
         self.manifest = load_manifest(cfg.shards, cfg.train_split)
         _check_shards(self.manifest, cfg.shards)
         # Resolved here, in the training process: DataLoader workers see no torch.distributed group.
-        self.rank, world_size, _, _ = wds.utils.pytorch_worker_info()
-        self.batches_per_epoch = math.ceil(self.manifest.num_samples / world_size / batch_size)
+        self.rank, self.world_size, _, _ = wds.utils.pytorch_worker_info()
+        self.batches_per_epoch = math.ceil(self.manifest.num_samples / self.world_size / batch_size)
 
     def __len__(self) -> int:
         return self.batches_per_epoch
 
     def __iter__(self) -> Iterator[TrainBatch]:
         epoch, self.epoch = self.epoch, self.epoch + 1
-        shards = wds.ResampledShards(  # its own shard sequence for every (seed, epoch, rank, worker)
-            self.manifest.shard_urls(),
-            seed=wds.utils.make_seed(self.seed, epoch, self.rank),
-            worker_seed=_dataloader_worker,
-            deterministic=True,
+        shards = epoch_shards(self.manifest.shard_urls(), self.seed, epoch, self.rank, self.world_size)
+        log.info(
+            "rank %d/%d epoch %d reads shards %s",
+            self.rank,
+            self.world_size,
+            epoch,
+            ",".join(Path(url).name for url in shards),
         )
         dataset = wds.DataPipeline(
-            shards,
+            _CycledShards(shards, wds.utils.make_seed(self.seed, epoch, self.rank)),
             partial(tar_samples, handler=log_and_continue),
             wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
             partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank),

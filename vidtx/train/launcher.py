@@ -36,7 +36,7 @@ from vidtx.tracking.runs import (
 )
 from vidtx.train.jobs import submit_training_job
 from vidtx.train.loop import train_loop_per_worker
-from vidtx.train.payload import TrainResult, WorkerPayload, storage_location, worker_env
+from vidtx.train.payload import TrainResult, WorkerPayload, checkpoint_uri, storage_location, worker_env
 from vidtx.train.progress import ProgressCallback, follow_progress
 from vidtx.train.splits import training_splits
 
@@ -90,7 +90,8 @@ def _train_on_ray(
     )
     try:  # SIGTERM unwinds too: the local Ray is shut down and the run ended KILLED
         with sigterm_raises(), ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
-            _check_resources(config, autoscaling=address is not None)
+            # on a cluster (an address, or RAY_ADDRESS as inside a Ray Job) the autoscaler may add nodes
+            _check_resources(config, autoscaling=address is not None or "RAY_ADDRESS" in os.environ)
             trainer = _build_trainer(payload, run_name, storage_path)
             logger.info(
                 "training %s: %d workers, checkpoints in %s/%s",
@@ -108,13 +109,13 @@ def _train_on_ray(
     best = result.best_checkpoints[-1][0] if result.best_checkpoints else None
     for tag, checkpoint in {CHECKPOINT_TAG: result.checkpoint, BEST_CHECKPOINT_TAG: best}.items():
         if checkpoint is not None:
-            client.set_tag(run_id, tag, checkpoint.path)
+            client.set_tag(run_id, tag, checkpoint_uri(storage_path, checkpoint.path))
     client.set_terminated(run_id, status="FINISHED")
     trained = TrainResult(
         run_name=run_name,
         storage_path=storage_path,
-        checkpoint=result.checkpoint.path if result.checkpoint else None,
-        best_checkpoint=best.path if best else None,
+        checkpoint=checkpoint_uri(storage_path, result.checkpoint.path) if result.checkpoint else None,
+        best_checkpoint=checkpoint_uri(storage_path, best.path) if best else None,
         metrics=dict(result.metrics or {}),
         mlflow_run_id=run_id,
         tracking_uri=tracking_uri,
@@ -130,7 +131,10 @@ def _build_trainer(payload: WorkerPayload, run_name: str, storage_path: str) -> 
         train_loop_per_worker,
         train_loop_config=payload.model_dump(mode="json"),
         scaling_config=ScalingConfig(
-            num_workers=train_cfg.num_workers, use_gpu=train_cfg.use_gpu, resources_per_worker=resources
+            num_workers=train_cfg.num_workers,
+            use_gpu=train_cfg.use_gpu,
+            resources_per_worker=resources,
+            placement_strategy=train_cfg.placement.upper(),
         ),
         run_config=RunConfig(
             name=run_name,
@@ -162,6 +166,12 @@ def _check_resources(config: PipelineConfig, autoscaling: bool) -> None:
         problems.append(
             f"train.num_workers = {train_cfg.num_workers} GPU workers, but the Ray cluster has "
             f"{available.get('GPU', 0):g} GPUs"
+        )
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    if train_cfg.placement == "strict_spread" and train_cfg.num_workers > nodes:
+        problems.append(
+            f"train.placement = strict_spread needs {train_cfg.num_workers} nodes (one per worker), "
+            f"but the Ray cluster has {nodes}"
         )
     if problems and not autoscaling:
         raise ValueError("; ".join(problems))

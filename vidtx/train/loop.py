@@ -47,6 +47,9 @@ class WorkerTrainer:
         self.validation = payload.validation  # False: the shards have no validation split
         context = ray.train.get_context()
         self.rank, self.world_size = context.get_world_rank(), context.get_world_size()
+        logger.info(
+            "rank %d/%d on node %s", self.rank, self.world_size, ray.get_runtime_context().get_node_id()
+        )
         deepspeed = import_deepspeed()
         train, data = self.cfg.train, self.cfg.data
         torch.manual_seed(train.seed)  # identical initial weights on every rank

@@ -83,6 +83,19 @@ def storage_location(storage_path: str) -> str:
     return str(Path(storage_path).expanduser().absolute())
 
 
+def checkpoint_uri(storage_path: str, path: str) -> str:
+    """A checkpoint as later stages can open it: Ray reports paths inside the storage's pyarrow file
+    system (`bucket/run/checkpoint-...` for s3://bucket), which lose the scheme; a URI storage gets its
+    scheme back (`ray.train.Checkpoint(uri)` picks the file system from it). Local paths stay paths."""
+    storage = storage_location(storage_path)
+    if "://" not in storage or "://" in path:
+        return path
+    scheme, root = storage.split("://", 1)
+    if not path.startswith(root.rstrip("/")):  # a file system whose paths are not the URI's (hdfs://host/...)
+        return path
+    return f"{scheme}://{path}"
+
+
 def run_folder(storage_path: str, run_name: str) -> str:
     return f"{storage_location(storage_path).rstrip('/')}/{run_name}"
 

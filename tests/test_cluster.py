@@ -1,0 +1,201 @@
+"""Training on a real two-node Ray cluster on this machine: `vidtx train` submitted as a Ray Job, one
+DeepSpeed (ZeRO-2, gloo) worker per node, checkpoints in storage both nodes reach (a file:// URI),
+submitted by the train-model Prefect flow; then a node lost mid-run and replaced.
+
+The nodes are separate `ray start` processes (`tests/ray_nodes.py`), so the workers really are on
+different Ray nodes, talk gloo over TCP and see only what they share: the file system here stands in
+for S3/GCS/NFS. The tests run in file order on one cluster; the node-loss test, which replaces a node,
+comes last.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+from ray_nodes import LocalCluster
+
+from vidtx.config import PipelineConfig
+from vidtx.eval.evaluate import predict_split
+from vidtx.manifest import load_manifest
+from vidtx.stages.trained_model import load_trained_model
+from vidtx.tracking.lineage import FLOW_RUN_TAG
+from vidtx.tracking.rank_zero import STEP_METRIC
+from vidtx.train.launcher import train
+from vidtx.train.payload import TrainResult
+
+pytestmark = pytest.mark.slow
+
+RANK_NODE = re.compile(r"pid=(\d+)\D.*?rank (\d+)/2 on node ([0-9a-f]+)")
+RANK_SHARDS = re.compile(r"rank (\d+)/2 epoch (\d+) reads shards (\S+)")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A head node and a second node `node_b`, 2 logical CPUs each (one training worker plus Ray's own
+    actors: the job driver and the Train controller need none)."""
+    nodes = LocalCluster(num_cpus=2)
+    try:
+        nodes.start_head()
+        nodes.add_node("node_b")
+        nodes.wait_for({"head", "node_b"})
+        yield nodes
+    finally:
+        nodes.stop()
+    leftovers = [p for node in nodes.nodes for p in node.tree()]
+    assert not leftovers, leftovers
+
+
+@pytest.fixture
+def on_cluster(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> LocalCluster:
+    monkeypatch.setenv("RAY_ADDRESS", cluster.dashboard)
+    return cluster
+
+
+def cluster_config(tiny_config: PipelineConfig, workdir: Path, **train: object) -> PipelineConfig:
+    """Two workers one per node, ZeRO-2 fp32, checkpoints under a file:// URI both nodes see."""
+    config = tiny_config.model_copy(deep=True)
+    config.workdir = workdir
+    config.train = config.train.model_copy(
+        update={
+            "storage_path": f"file://{workdir.resolve() / 'shared'}",
+            "placement": "strict_spread",
+            "zero_stage": 2,
+            "precision": "fp32",
+            "log_every": 1,
+            **train,
+        }
+    )
+    # every rank's lines verbatim: Ray's log deduplication would fold rank 1's into rank 0's
+    config.train.cluster.runtime_env = {"env_vars": {"RAY_DEDUP_LOGS": "0"}}
+    return config
+
+
+def history(result: TrainResult, metric: str) -> dict[int, float]:
+    client = MlflowClient(result.tracking_uri)
+    return {point.step: point.value for point in client.get_metric_history(result.mlflow_run_id, metric)}
+
+
+def runs_in_experiment(result: TrainResult) -> list[str]:
+    client = MlflowClient(result.tracking_uri)
+    experiment = client.get_run(result.mlflow_run_id).info.experiment_id
+    return [run.info.run_id for run in client.search_runs([experiment])]
+
+
+def rank_nodes(logs: str) -> list[tuple[int, str]]:
+    """(rank, node id) of every worker start in the job's logs, in order (a line that Ray's log
+    forwarding printed twice counted once: one start per worker process)."""
+    starts = dict.fromkeys(RANK_NODE.findall(logs))
+    return [(int(rank), node) for _, rank, node in starts]
+
+
+def test_train_model_flow_trains_on_two_nodes(
+    tiny_config: PipelineConfig, tmp_path: Path, on_cluster: LocalCluster, capfd: pytest.CaptureFixture
+) -> None:
+    """The train-model flow (real Prefect API) submits `vidtx train` to the cluster (RAY_ADDRESS)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.train import train_model
+
+    config = cluster_config(tiny_config, tmp_path, max_steps=60, checkpoint_every=30, run_name="two-nodes")
+    config.train.optimizer.lr = 0.003
+    with prefect_test_harness(server_startup_timeout=180):
+        state = train_model(config, return_state=True)
+        assert state.is_completed()
+        result = state.result()
+        flow_run_id = str(state.state_details.flow_run_id)
+    logs = capfd.readouterr().out
+
+    nodes = on_cluster.alive_nodes()
+    placed = dict(rank_nodes(logs))
+    assert sorted(placed) == [0, 1]
+    assert placed[0] != placed[1]  # one worker per node
+    assert {nodes[node] for node in placed.values()} == {"head", "node_b"}
+
+    all_shards = {Path(url).name for url in load_manifest(config.data.shards, "train").shard_urls()}
+    assert len(all_shards) >= 2
+    epochs: dict[int, dict[int, set[str]]] = defaultdict(dict)
+    for rank, epoch, shards in RANK_SHARDS.findall(logs):
+        epochs[int(epoch)][int(rank)] = set(shards.split(","))
+    assert len(epochs) >= 60 // math.ceil(24 / 2 / 4) - 1  # one line per rank and epoch
+    for epoch, by_rank in epochs.items():
+        assert sorted(by_rank) == [0, 1], epoch
+        assert not by_rank[0] & by_rank[1], epoch  # disjoint
+        assert by_rank[0] | by_rank[1] == all_shards, epoch  # together the whole split
+    assert len({frozenset(by_rank[0]) for by_rank in epochs.values()}) > 1  # dealt anew each epoch
+
+    losses = list(history(result, STEP_METRIC).values())
+    assert len(losses) == 60
+    assert sum(losses[-10:]) / 10 < sum(losses[:10]) / 10
+    assert runs_in_experiment(result) == [result.mlflow_run_id]  # one MLflow run for both nodes
+    run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[FLOW_RUN_TAG] == flow_run_id
+
+    # checkpoints and the consolidated model come from the shared storage URI
+    assert result.checkpoint
+    assert result.checkpoint.startswith(f"{config.train.storage_path}/two-nodes/checkpoint-")
+    assert Path(result.checkpoint.removeprefix("file://"), "state").is_dir()
+    model = load_trained_model(config, result.checkpoint)
+    outputs = predict_split(model, config.data, config.data.val_split, num_clips=1, num_crops=1, batch_size=4)
+    loss = torch.nn.functional.cross_entropy(outputs.logits[:, 0], outputs.labels).item()
+    assert loss == pytest.approx(result.metrics["val_loss"], rel=1e-4)
+
+
+def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
+    tiny_config: PipelineConfig, tmp_path: Path, on_cluster: LocalCluster, capfd: pytest.CaptureFixture
+) -> None:
+    config = cluster_config(tiny_config, tmp_path, max_steps=60, checkpoint_every=10, max_failures=1)
+    outcome: dict[str, TrainResult | BaseException] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = train(config, run_name="node-lost")
+        except BaseException as err:  # re-raised in the test's thread
+            outcome["error"] = err
+
+    trainer = threading.Thread(target=run, daemon=True)
+    trainer.start()
+    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+    deadline = time.monotonic() + 240
+    reached = 0
+    while time.monotonic() < deadline and trainer.is_alive() and reached < 25:
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        if runs:
+            reached = max(
+                (p.step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)), default=0
+            )
+        time.sleep(0.5)
+    assert reached >= 25, outcome
+    node_b = next(node for node in on_cluster.nodes if node.name == "node_b")
+    node_b.kill_raylet()  # the machine is gone: its worker dies, rank 0's gloo peer with it
+    on_cluster.add_node("node_c")  # a replacement (what an autoscaler or a restarted machine gives)
+    trainer.join(timeout=400)
+    assert not trainer.is_alive(), "training did not finish after the node was replaced"
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome["result"]
+    assert isinstance(result, TrainResult)
+
+    nodes = on_cluster.alive_nodes()
+    placements = rank_nodes(capfd.readouterr().out)
+    assert len(placements) >= 4, placements  # two ranks started, then started again
+    assert {nodes.get(node, "dead") for _, node in placements[:2]} == {"head", "dead"}  # node_b is gone
+    assert {nodes.get(node, "dead") for _, node in placements[-2:]} == {"head", "node_c"}
+    assert result.metrics["step"] == 60
+    restarts = history(result, "train/resumed_from_step")
+    assert len(restarts) == 1
+    (resumed_at,) = restarts
+    assert 10 <= resumed_at <= 30  # a checkpoint from before the kill, not a restart from 0
+    assert resumed_at % 10 == 0
+    assert sorted(history(result, STEP_METRIC)) == list(range(1, 61))  # no step counted twice
+    assert history(result, "train/samples_seen")[60] == 60 * 2 * config.train.micro_batch_size
+    assert runs_in_experiment(result) == [result.mlflow_run_id]
