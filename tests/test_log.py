@@ -44,7 +44,12 @@ def test_console_shows_vidtx_records_and_others_errors_and_the_file_has_everythi
     for hidden in ("HTTP Request", "Finished in state", "worker line", "Failed to validate"):
         assert hidden not in console
     in_file = log_file.read_text()
-    for kept in ("vidtx.stage: stage one done", "Finished in state", "ray.workers: (RayTrainWorker", "WARNING"):
+    for kept in (
+        "vidtx.stage: stage one done",
+        "Finished in state",
+        "ray.workers: (RayTrainWorker",
+        "WARNING",
+    ):
         assert kept in in_file
     assert "HTTP Request" not in in_file  # one line per request: only with --verbose
     assert in_file.count("worker line") == 1  # the library's own handler was replaced, not kept
@@ -100,7 +105,7 @@ def test_progress_bars_draw_on_a_terminal_with_log_lines_above_them() -> None:
         output += chunk
     assert child.wait(timeout=60) == 0
     text = output.decode(errors="replace")
-    assert "write shards" in text and "━" in text and "0/3" in text
+    assert all(part in text for part in ("write shards", "━", "0/3"))
     assert all(f"item {i} done" in text for i in range(3))
 
 
@@ -128,6 +133,6 @@ with ray_session(num_cpus=1, include_dashboard=False):
     assert "hello from a ray worker" not in console
     assert "Started a local Ray instance" not in console  # Ray's own driver records: in the file
     in_file = (tmp_path / "run.log").read_text()
-    assert "ray.workers: (hello pid=" in in_file and "hello from a ray worker" in in_file
+    assert all(part in in_file for part in ("ray.workers: (hello pid=", "hello from a ray worker"))
     assert "Started a local Ray instance" in in_file
     assert "hello from a ray worker" in run(tmp_path / "verbose.log", "verbose", code)
