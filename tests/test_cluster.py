@@ -10,6 +10,7 @@ comes last.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import threading
@@ -151,8 +152,14 @@ def test_train_model_flow_trains_on_two_nodes(
 
 
 def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
-    tiny_config: PipelineConfig, tmp_path: Path, on_cluster: LocalCluster, capfd: pytest.CaptureFixture
+    tiny_config: PipelineConfig,
+    tmp_path: Path,
+    on_cluster: LocalCluster,
+    capfd: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # The workers' output: printed by Ray, or records of `ray.workers` where vidtx set up logging.
+    caplog.set_level(logging.INFO, logger="ray.workers")
     config = cluster_config(tiny_config, tmp_path, max_steps=60, checkpoint_every=10, max_failures=1)
     outcome: dict[str, TrainResult | BaseException] = {}
 
@@ -186,7 +193,7 @@ def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
     assert isinstance(result, TrainResult)
 
     nodes = on_cluster.alive_nodes()
-    placements = rank_nodes(capfd.readouterr().out)
+    placements = rank_nodes(capfd.readouterr().out + caplog.text)
     assert len(placements) >= 4, placements  # two ranks started, then started again
     assert {nodes.get(node, "dead") for _, node in placements[:2]} == {"head", "dead"}  # node_b is gone
     assert {nodes.get(node, "dead") for _, node in placements[-2:]} == {"head", "node_c"}

@@ -42,7 +42,8 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
     adopt_loggers()  # Ray's driver-side records (start-up, warnings) go where vidtx's go
     with _on_loopback_only() if address == "local" else contextlib.nullcontext(), _sigterm_kept():
         ray.init(address=address, **init_kwargs)
-    if owns_console():
+    # Inside a Ray Job the job's log is the console its submitter follows: Ray keeps printing there.
+    if owns_console() and not os.environ.get(JOB_CONFIG_VARIABLE):
         dispatcher.remove_handler(RAY_PRINTER)
         dispatcher.add_handler(WORKER_OUTPUT_HANDLER, _log_worker_output)
     try:
