@@ -120,6 +120,7 @@ def video_pipeline(config: PipelineConfig) -> PipelineResult:
     evaluation = evaluate_model(config, checkpoint)
     stage(4, "register-model", config.registry.model_name)
     version = register_model(config, checkpoint, evaluation)
+    metrics = evaluation.metrics()
     result = PipelineResult(
         name=config.name,
         splits=splits,
@@ -129,14 +130,14 @@ def video_pipeline(config: PipelineConfig) -> PipelineResult:
         checkpoint=checkpoint,
         eval_split=evaluation.split,
         views=evaluation.views,
-        metrics=evaluation.metrics(),
+        metrics=metrics,
         model_name=version.name,
         model_version=version.version,
         model_uri=version.model_uri,
         model_version_url=model_version_link(config, version.name, version.version),
         aliases=version.aliases,
         promotion=version.reason,
-        frame_order=frame_order_verdict(evaluation.metrics()["top1"], evaluation.class_names)
+        frame_order=frame_order_verdict(metrics["top1"], evaluation.class_names)
         if config.synth is not None
         else None,
     )

@@ -34,7 +34,8 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
     if ray.is_initialized():
         yield
         return
-    if os.environ.get(JOB_CONFIG_VARIABLE):
+    in_ray_job = bool(os.environ.get(JOB_CONFIG_VARIABLE))
+    if in_ray_job:
         # a Ray Job's driver: the job's runtime env reaches every worker already, and Ray refuses to
         # merge a second one that sets the same fields
         init_kwargs.pop("runtime_env", None)
@@ -43,7 +44,7 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
     with _on_loopback_only() if address == "local" else contextlib.nullcontext(), _sigterm_kept():
         ray.init(address=address, **init_kwargs)
     # Inside a Ray Job the job's log is the console its submitter follows: Ray keeps printing there.
-    if owns_console() and not os.environ.get(JOB_CONFIG_VARIABLE):
+    if owns_console() and not in_ray_job:
         dispatcher.remove_handler(RAY_PRINTER)
         dispatcher.add_handler(WORKER_OUTPUT_HANDLER, _log_worker_output)
     try:
@@ -56,7 +57,8 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
 def _log_worker_output(batch: dict[str, Any]) -> None:
     """What Ray's workers write (prints, warnings, their log records) as records of `ray.workers`
     (INFO) instead of Ray's prints on the driver's console, in a process whose logging vidtx set up:
-    in the log file, on the console with --verbose. `tests/test_log.py` notices when a Ray upgrade changes this hook (ray._private)."""
+    in the log file, on the console with --verbose. `tests/test_log.py` notices when a Ray upgrade
+    changes this hook (ray._private)."""
     lines = batch.get("lines", [])
     if batch.get("pid") == "autoscaler":  # its status every 5 s; Ray prints only its events
         lines = list(filter_autoscaler_events(lines))

@@ -37,9 +37,8 @@ PAIRS = {  # motion -> (forward class, backward class)
     "depth": ("approaching", "receding"),
 }
 CLASSES = tuple(name for pair in PAIRS.values() for name in pair)
-PARTNER = dict(PAIRS.values()) | {
-    backward: forward for forward, backward in PAIRS.values()
-}  # class -> reversed
+# class -> its time-reversed partner
+PARTNER = dict(PAIRS.values()) | {backward: forward for forward, backward in PAIRS.values()}
 SPLIT_SEEDS = {"train": 0, "val": 1, "validation": 1, "test": 2}
 
 

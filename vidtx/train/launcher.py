@@ -90,8 +90,7 @@ def _train_on_ray(
     )
     try:  # SIGTERM unwinds too: the local Ray is shut down and the run ended KILLED
         with sigterm_raises(), ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
-            # on a cluster (an address, or RAY_ADDRESS as inside a Ray Job) the autoscaler may add nodes
-            _check_resources(config, autoscaling=address is not None or "RAY_ADDRESS" in os.environ)
+            _check_resources(config, autoscaling=address is not None)  # RAY_ADDRESS included (train())
             trainer = _build_trainer(payload, run_name, storage_path)
             logger.info(
                 "training %s: %d workers, checkpoints in %s/%s",
