@@ -34,6 +34,7 @@ BENCHMARKS = [
     "sharding",
     "training_overhead",
     "temporal_reasoning",
+    "demo_augmentation",
 ]
 QUICK_DIR = REPO_ROOT / "runs" / "bench-quick"
 INDEX_HEADER = (

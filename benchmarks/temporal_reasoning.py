@@ -23,6 +23,7 @@ import logging
 import multiprocessing
 import statistics
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,7 @@ class Budget:
     batch_size: int
     eval_every: int
     lr: float = 1e-3
+    warmup_steps: int = 20
 
 
 FULL = Budget(CLASSES, 96, 24, 64, 56, 1000, 16, 100)
@@ -159,45 +161,53 @@ def train_variant(variant: Variant, data_file: Path, budget: Budget) -> dict:
         train_clips, train_labels, val_clips, val_labels = torch.load(data_file)
         torch.manual_seed(variant.seed)  # the initial weights
         generator = torch.Generator().manual_seed(variant.seed)  # the batches and crops
+
+        def draw_batch() -> tuple[torch.Tensor, torch.Tensor]:
+            batch = torch.randint(0, len(train_clips), (budget.batch_size,), generator=generator)
+            return random_crops(train_clips[batch], budget.crop, generator), train_labels[batch]
+
         options = {"img_size": budget.crop, "num_classes": len(CLASSES), **variant.options}
         model = create_model(variant.preset, **options)
-        optimizer = build_optimizer(model, OptimizerConfig(name="adamw", lr=budget.lr, weight_decay=0.05))
-        scheduler = build_scheduler(
-            optimizer, ScheduleConfig(warmup_steps=20, min_lr_ratio=0.05), budget.steps
-        )
-        curve, losses = [], []
-        for step in range(1, budget.steps + 1):
-            batch = torch.randint(0, len(train_clips), (budget.batch_size,), generator=generator)
-            clips = model_input(random_crops(train_clips[batch], budget.crop, generator))
-            loss = F.cross_entropy(model(clips), train_labels[batch])
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            losses.append(loss.item())
-            if step % budget.eval_every == 0:
-                top1, direction = evaluate(model, val_clips, val_labels, budget.crop)
-                train_loss = sum(losses[-budget.eval_every :]) / budget.eval_every
-                curve.append(
-                    {"step": step, "train_loss": train_loss, "val_top1": top1, "val_direction": direction}
-                )
-                log.info(
-                    "%s seed %d step %d: loss %.3f, val top-1 %.3f, direction %.3f",
-                    variant.label,
-                    variant.seed,
-                    step,
-                    train_loss,
-                    top1,
-                    direction,
-                )
-    return {
-        "label": variant.label,
-        "preset": variant.preset,
-        "options": variant.options,
-        "seed": variant.seed,
-        "curve": curve,
-    }
+        trained = fit(model, draw_batch, (val_clips, val_labels), budget, variant.label, variant.seed)
+    return {**trained, "preset": variant.preset, "options": variant.options}
+
+
+def fit(
+    model: torch.nn.Module,
+    draw_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    validation: tuple[torch.Tensor, torch.Tensor],
+    budget: Budget,
+    label: str,
+    seed: int,
+) -> dict:
+    """The plain training loop every variant runs: `draw_batch()` gives uint8 clips (B, T, crop, crop,
+    3) and labels (B,); AdamW with the budget's lr and warm-up, then cosine, gradient clipping at 1. Returns
+    the run's label, seed and learning curve (one point per `budget.eval_every` steps)."""
+    optimizer = build_optimizer(model, OptimizerConfig(name="adamw", lr=budget.lr, weight_decay=0.05))
+    scheduler = build_scheduler(
+        optimizer, ScheduleConfig(warmup_steps=budget.warmup_steps, min_lr_ratio=0.05), budget.steps
+    )
+    curve, losses = [], []
+    for step in range(1, budget.steps + 1):
+        clips, labels = draw_batch()
+        loss = F.cross_entropy(model(model_input(clips)), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(loss.item())
+        if step % budget.eval_every == 0:
+            top1, direction = evaluate(model, *validation, budget.crop)
+            train_loss = sum(losses[-budget.eval_every :]) / budget.eval_every
+            curve.append(
+                {"step": step, "train_loss": train_loss, "val_top1": top1, "val_direction": direction}
+            )
+            log.info(
+                "%s seed %d step %d: loss %.3f, val top-1 %.3f, direction %.3f",
+                *(label, seed, step, train_loss, top1, direction),
+            )
+    return {"label": label, "seed": seed, "curve": curve}
 
 
 def measure(budget: Budget, chosen: list[Variant], work: Path) -> list[dict]:

@@ -3,6 +3,7 @@ and the GPU script's CPU smoke mode. (Speed itself is measured by `make bench`, 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import json
@@ -18,7 +19,7 @@ import torch
 # directory (`python -m pytest` from the root would find it anyway, `.venv/bin/pytest` would not).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import data_loading, gpu, run, temporal_reasoning
+from benchmarks import data_loading, demo_augmentation, gpu, run, temporal_reasoning
 from benchmarks.results import BenchmarkResult, Table, fmt, read_result, write_index, write_result
 from benchmarks.timing import Samples, interleaved, peak_memory, time_interleaved, torch_threads
 
@@ -132,6 +133,26 @@ def test_write_index_gathers_tables_in_order(tmp_path: Path) -> None:
     positions = [index.index(f"## Title of {name}") for name in ("zeta", "alpha", "beta")]
     assert positions == sorted(positions)
     assert "## Title of beta (quick run)" in index
+
+
+def test_demo_augmentation_trains_every_crop_and_frame_setting_on_the_demo_data(tmp_path: Path) -> None:
+    """The demo's own config drives it (model options, data, batch, learning rate); two steps on a
+    dataset of two videos per class, to check the wiring, not the figures."""
+    config = demo_augmentation.load_config(
+        demo_augmentation.DEMO_CONFIG,
+        ["synth.videos_per_class.train=2", "synth.videos_per_class.val=1", "synth.videos_per_class.test=1"],
+    )
+    budget = dataclasses.replace(demo_augmentation.demo_budget(config, steps=2), eval_every=1)
+    assert (budget.batch_size, budget.lr) == (16, config.train.optimizer.lr)
+    chosen = [demo_augmentation.Variant(crop, "random", 0) for crop in demo_augmentation.CROPS]
+    results = demo_augmentation.measure(config, budget, chosen, tmp_path)
+    assert [r["label"] for r in results] == [v.label for v in chosen]
+    for result in results:
+        assert [point["step"] for point in result["curve"]] == [1, 2]
+        assert 0 <= result["curve"][-1]["val_top1"] <= 1
+    report = demo_augmentation.report(results, config, budget, quick=True, output_dir=tmp_path)
+    assert len(report.tables[0].rows) == len(chosen)
+    assert (tmp_path / "demo_augmentation.png").stat().st_size > 0
 
 
 def test_every_registered_benchmark_has_a_run_function() -> None:

@@ -24,7 +24,7 @@ DATE_FORMAT = "%H:%M:%S"
 # Prefect's task processes, the shard pool) log the same way into the same file.
 VERBOSE_VARIABLE = "VIDTX_VERBOSE"
 LOG_FILE_VARIABLE = "VIDTX_LOG_FILE"
-OWN_PACKAGES = frozenset({"vidtx", "flows"})
+OWN_PACKAGES = frozenset({"vidtx", "flows", "benchmarks"})  # the repository's own code
 # Loggers whose INFO records are one line per HTTP request (Prefect's and MLflow's clients): DEBUG
 # only. A `vidtx pipeline` run of the demo printed 235 of them.
 CHATTY_LOGGERS = ("httpx", "httpcore")
@@ -40,7 +40,7 @@ def is_verbose() -> bool:
 
 
 class ConsolePolicy(logging.Filter):
-    """Default verbosity: vidtx's own records from INFO, other libraries' from ERROR."""
+    """Default verbosity: this repository's own records from INFO, other libraries' from ERROR."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.ERROR or record.name.partition(".")[0] in OWN_PACKAGES
