@@ -17,8 +17,6 @@ frames, the whole frame at the crop size). One process per run, two at a time:
 
 from __future__ import annotations
 
-import argparse
-import csv
 import multiprocessing
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
@@ -28,17 +26,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.results import RESULTS_DIR, BenchmarkResult, Table, fmt, write_index, write_result
-from benchmarks.run import BENCHMARKS, INDEX_HEADER
-from benchmarks.seed_spread import by_label, final, plot_curves
-from benchmarks.temporal_reasoning import Budget, fit
+from benchmarks.results import BenchmarkResult, Table, fmt
+from benchmarks.seed_spread import by_label, final, plot_curves, run_and_write, seeds_parser
+from benchmarks.temporal_reasoning import Budget, centre_frames, decode_videos, fit
 from benchmarks.timing import torch_threads
 from vidtx.config import PipelineConfig, load_config
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.transforms import TrainTransform
-from vidtx.env import apply_defaults
 from vidtx.log import setup_logging
-from vidtx.media.decode import open_video
 from vidtx.model_factory import build_model
 from vidtx.shard.synthetic import CLASSES, generate_dataset
 
@@ -61,16 +56,6 @@ class Variant:
     @property
     def label(self) -> str:
         return f"{self.offsets} frame, {self.crop}"
-
-
-def decode_split(root: Path, split: str, short_side: int) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """Every frame of every video of a split, decoded at short_side x short_side (the synthetic videos
-    are square): uint8 (frames, H, W, 3) per video, and the labels (N,)."""
-    with open(root / "annotations.csv", newline="") as file:
-        rows = [row for row in csv.DictReader(file) if row["split"] == split]
-    videos = [open_video((root / row["path"]).read_bytes(), size=(short_side, short_side)) for row in rows]
-    frames = [torch.from_numpy(video.frames(range(video.num_frames))) for video in videos]
-    return frames, torch.tensor([CLASSES.index(row["label"]) for row in rows])
 
 
 def train_variant(variant: Variant, data_file: Path, config: PipelineConfig, budget: Budget) -> dict:
@@ -122,11 +107,11 @@ def measure(config: PipelineConfig, budget: Budget, chosen: list[Variant], work:
     """Generate the demo's dataset and decode it once, then train every variant, two at a time."""
     root = generate_dataset(config.synth.model_copy(update={"output": work / "videos"})).parent
     data = config.data
-    val_frames, val_labels = decode_split(root, "val", data.crop_size)
-    sampler = FrameSampler(data.sampling, data.num_frames)
-    val_clips = torch.stack([video[sampler.test(len(video))[0]] for video in val_frames])
+    val_videos, val_labels = decode_videos(root, "val", (data.crop_size, data.crop_size))  # square videos
+    val_clips = centre_frames(val_videos, FrameSampler(data.sampling, data.num_frames))
+    train = decode_videos(root, "train", (data.short_side, data.short_side))
     data_file = work / "videos.pt"
-    torch.save((*decode_split(root, "train", data.short_side), val_clips, val_labels), data_file)
+    torch.save((*train, val_clips, val_labels), data_file)
     context = multiprocessing.get_context("spawn")
     count = len(chosen)
     with ProcessPoolExecutor(max_workers=2, mp_context=context, initializer=setup_logging) as pool:
@@ -194,16 +179,8 @@ def report(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.demo_augmentation", description=__doc__)
-    parser.add_argument("--seeds", type=int, default=2, help="runs per variant, seeds 0..N-1 (default 2)")
-    parser.add_argument("--output", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error("--seeds must be at least 1")
-    apply_defaults()
-    setup_logging()
-    write_result(run(args.output, seeds=args.seeds), args.output)
-    write_index(args.output, BENCHMARKS, INDEX_HEADER)
+    parser = seeds_parser("python -m benchmarks.demo_augmentation", __doc__, default=2)
+    run_and_write(parser, argv, lambda args: run(args.output, seeds=args.seeds))
 
 
 if __name__ == "__main__":

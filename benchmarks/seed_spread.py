@@ -4,9 +4,16 @@ curves with the worst-to-best seed band. A run is a dict with a "label" and a "c
 
 from __future__ import annotations
 
+import argparse
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.results import RESULTS_DIR, BenchmarkResult, write_index, write_result
+from benchmarks.run import BENCHMARKS, INDEX_HEADER
+from vidtx.env import apply_defaults
+from vidtx.log import setup_logging
 
 
 @dataclass(frozen=True)
@@ -68,3 +75,28 @@ def plot_curves(results: list[dict], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def seeds_parser(prog: str, description: str | None, default: int) -> argparse.ArgumentParser:
+    """The command line of a benchmark run over seeds: `--seeds N` (seeds 0..N-1) and `--output`."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument(
+        "--seeds", type=int, default=default, help=f"runs per variant, seeds 0..N-1 (default {default})"
+    )
+    parser.add_argument("--output", type=Path, default=RESULTS_DIR)
+    return parser
+
+
+def run_and_write(
+    parser: argparse.ArgumentParser,
+    argv: list[str] | None,
+    run: Callable[[argparse.Namespace], BenchmarkResult],
+) -> None:
+    """Parse `argv`, run the benchmark with the parsed arguments, write its result and the index."""
+    args = parser.parse_args(argv)
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
+    apply_defaults()
+    setup_logging()
+    write_result(run(args), args.output)
+    write_index(args.output, BENCHMARKS, INDEX_HEADER)

@@ -17,7 +17,6 @@ The ablation sweeps the mixed fraction of key/value channels (0, 1/8, 1/4, 1/2; 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import logging
 import multiprocessing
@@ -31,14 +30,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.results import RESULTS_DIR, BenchmarkResult, Table, fmt, write_index, write_result
-from benchmarks.run import BENCHMARKS, INDEX_HEADER
-from benchmarks.seed_spread import Spread, by_label, final, plot_curves
+from benchmarks.results import BenchmarkResult, Table, fmt
+from benchmarks.seed_spread import Spread, by_label, final, plot_curves, run_and_write, seeds_parser
 from benchmarks.timing import torch_threads
 from vidtx.config import OptimizerConfig, ScheduleConfig, SynthConfig
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.transforms import normalize_clips
-from vidtx.env import apply_defaults
 from vidtx.log import setup_logging
 from vidtx.media.decode import open_video
 from vidtx.models import create_model
@@ -102,17 +99,27 @@ def variants(quick: bool, seeds: int = 1, heads: tuple[str, ...] = ("attention",
     return chosen
 
 
-def decode_split(root: Path, split: str, num_frames: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every video of a split at `num_frames` uniform frames: uint8 (N, T, H, W, 3), labels (N,)."""
+def decode_videos(
+    root: Path, split: str, size: tuple[int, int] | None = None
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Every frame of every video of a split, uint8 (frames, H, W, 3) per video, decoded at `size`
+    (width, height; None: as stored), and the labels (N,)."""
     with open(root / "annotations.csv", newline="") as file:
         rows = [row for row in csv.DictReader(file) if row["split"] == split]
-    sampler = FrameSampler("segment", num_frames)
-    clips = []
-    for row in rows:
-        video = open_video((root / row["path"]).read_bytes())
-        clips.append(torch.from_numpy(video.frames(sampler.test(video.num_frames)[0])))
-    labels = torch.tensor([CLASSES.index(row["label"]) for row in rows])
-    return torch.stack(clips), labels
+    videos = [open_video((root / row["path"]).read_bytes(), size=size) for row in rows]
+    frames = [torch.from_numpy(video.frames(range(video.num_frames))) for video in videos]
+    return frames, torch.tensor([CLASSES.index(row["label"]) for row in rows])
+
+
+def decode_split(root: Path, split: str, num_frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every video of a split at `num_frames` uniform frames: uint8 (N, T, H, W, 3), labels (N,)."""
+    videos, labels = decode_videos(root, split)
+    return centre_frames(videos, FrameSampler("segment", num_frames)), labels
+
+
+def centre_frames(videos: list[torch.Tensor], sampler: FrameSampler) -> torch.Tensor:
+    """The test clip (segment centres) of each video's frames: uint8 (N, T, H, W, 3)."""
+    return torch.stack([video[sampler.test(len(video))[0]] for video in videos])
 
 
 def random_crops(clips: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
@@ -332,19 +339,11 @@ def report(results: list[dict], budget: Budget, quick: bool, output_dir: Path) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.temporal_reasoning", description=__doc__)
-    parser.add_argument("--seeds", type=int, default=3, help="runs per variant, seeds 0..N-1 (default 3)")
+    parser = seeds_parser("python -m benchmarks.temporal_reasoning", __doc__, default=3)
     parser.add_argument(
         "--heads", nargs="+", choices=HEADS, default=["attention"], help="temporal heads to ablate"
     )
-    parser.add_argument("--output", type=Path, default=RESULTS_DIR)
-    args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error("--seeds must be at least 1")
-    apply_defaults()
-    setup_logging()
-    write_result(run(args.output, seeds=args.seeds, heads=tuple(args.heads)), args.output)
-    write_index(args.output, BENCHMARKS, INDEX_HEADER)
+    run_and_write(parser, argv, lambda args: run(args.output, seeds=args.seeds, heads=tuple(args.heads)))
 
 
 if __name__ == "__main__":
