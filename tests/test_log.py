@@ -22,6 +22,8 @@ setup_logging(sys.argv[2] == "verbose", log_file=Path(sys.argv[1]))
 logging.getLogger("vidtx.stage").info("stage one done")
 logging.getLogger("flows.pipeline").info("[1/4] shard-dataset")
 logging.getLogger("benchmarks.demo_augmentation").info("seed 0 step 100")
+logging.getLogger("__main__").info("main module line")  # python -m benchmarks.x
+logging.getLogger("__mp_main__").info("spawned child line")  # its spawned workers
 logging.getLogger("httpx").info("HTTP Request: POST http://127.0.0.1/api/logs/")
 logging.getLogger("prefect.flow_runs").info("Finished in state Completed()")
 logging.getLogger("ray.workers").info("(RayTrainWorker pid=1) worker line")
@@ -42,6 +44,8 @@ def test_console_shows_vidtx_records_and_others_errors_and_the_file_has_everythi
     assert console.count("stage one done") == 1  # another console handler on the root is replaced
     assert "flows.pipeline: [1/4] shard-dataset" in console
     assert "seed 0 step 100" in console  # make bench's progress
+    assert "main module line" in console
+    assert "spawned child line" in console
     assert "Encountered exception" in console  # errors of every library
     for hidden in ("HTTP Request", "Finished in state", "worker line", "Failed to validate"):
         assert hidden not in console

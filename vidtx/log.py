@@ -25,6 +25,9 @@ DATE_FORMAT = "%H:%M:%S"
 VERBOSE_VARIABLE = "VIDTX_VERBOSE"
 LOG_FILE_VARIABLE = "VIDTX_LOG_FILE"
 OWN_PACKAGES = frozenset({"vidtx", "flows", "benchmarks"})  # the repository's own code
+# The program a person started (`python -m benchmarks.x`, their own script) logs under its main module's
+# name: "__main__", and "__mp_main__" in the processes multiprocessing spawns from it.
+MAIN_MODULES = frozenset({"__main__", "__mp_main__"})
 # Loggers whose INFO records are one line per HTTP request (Prefect's and MLflow's clients): DEBUG
 # only. A `vidtx pipeline` run of the demo printed 235 of them.
 CHATTY_LOGGERS = ("httpx", "httpcore")
@@ -40,10 +43,12 @@ def is_verbose() -> bool:
 
 
 class ConsolePolicy(logging.Filter):
-    """Default verbosity: this repository's own records from INFO, other libraries' from ERROR."""
+    """Default verbosity: this repository's own records and the started program's from INFO, other
+    libraries' from ERROR."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR or record.name.partition(".")[0] in OWN_PACKAGES
+        package = record.name.partition(".")[0]
+        return record.levelno >= logging.ERROR or package in OWN_PACKAGES or package in MAIN_MODULES
 
 
 class ConsoleHandler(logging.StreamHandler):
