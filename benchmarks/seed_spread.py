@@ -5,6 +5,7 @@ curves with the worst-to-best seed band. A run is a dict with a "label" and a "c
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,49 @@ def by_label(results: list[dict]) -> dict[str, list[dict]]:
 
 def final(runs: list[dict], key: str) -> Spread:
     return Spread(tuple(run["curve"][-1][key] for run in runs))
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Variant a minus variant b in one figure, seed by seed (the same seed gives both the same
+    batches, crops and, where the shapes agree, initial weights), with a 95% Student-t interval of
+    the mean difference."""
+
+    differences: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.differences)
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        from scipy.stats import t
+
+        count = len(self.differences)
+        if count < 2:
+            return (-math.inf, math.inf)
+        half = t.ppf(0.975, count - 1) * statistics.stdev(self.differences) / math.sqrt(count)
+        return (self.mean - half, self.mean + half)
+
+    def verdict(self, margin: float) -> str:
+        """What the interval says: "differ" if it excludes 0, "tie" if it lies within +-`margin`, else
+        "unsettled"."""
+        low, high = self.interval
+        if low > 0 or high < 0:
+            return "differ"
+        return "tie" if -margin <= low and high <= margin else "unsettled"
+
+    def __str__(self) -> str:
+        low, high = self.interval
+        return f"{self.mean:+.1%} (95% interval {low:+.1%} to {high:+.1%}, {len(self.differences)} seeds)"
+
+
+def paired(a: list[dict], b: list[dict], key: str) -> PairedDifference:
+    """The per-seed difference of the final `key` between the runs of two variants (seeds in both)."""
+    b_by_seed = {run["seed"]: run["curve"][-1][key] for run in b}
+    return PairedDifference(
+        tuple(run["curve"][-1][key] - b_by_seed[run["seed"]] for run in a if run["seed"] in b_by_seed)
+    )
 
 
 def plot_curves(results: list[dict], path: Path) -> None:

@@ -3,7 +3,8 @@
 Time. Other jobs share the machine, so no single timing means much. Every candidate is warmed up,
 then measured in rounds; each round runs every candidate once, in an order rotated by one each round,
 so that a burst of load from elsewhere falls on all candidates alike. Results are medians with their
-spread, and benchmarks report ratios between candidates of the same run.
+spread, and benchmarks report ratios between candidates of the same run (`round_ratios`: per round,
+then the median).
 
 Peak memory: the most bytes of tensors allocated by a call that are alive at the same time.
 
@@ -37,6 +38,12 @@ class Samples:
     @property
     def median(self) -> float:
         return statistics.median(self.values)
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        """The 25th and 75th percentiles (the middle half of the repeats lies between them)."""
+        low, _, high = statistics.quantiles(self.values, n=4, method="inclusive")
+        return low, high
 
     @property
     def spread(self) -> float:
@@ -82,15 +89,24 @@ def interleaved(measurements: Mapping[str, Callable[[], float]], rounds: int) ->
     return {name: Samples(tuple(samples)) for name, samples in values.items()}
 
 
+def round_ratios(candidate: Samples, baseline: Samples) -> Samples:
+    """Round by round, `candidate` / `baseline` of two candidates measured in the same interleaved
+    rounds: load from elsewhere that slows a whole round slows both and cancels in the ratio, which is
+    why a ratio of two candidates is best read as the median of these (not as a ratio of medians)."""
+    return Samples(tuple(c / b for c, b in zip(candidate.values, baseline.values, strict=True)))
+
+
 def time_interleaved(
     candidates: Mapping[str, Callable[[], object]],
     *,
     warmup: int = 1,
     repeats: int = 5,
     device: torch.device | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Samples]:
     """Seconds per call of every candidate: `warmup` untimed calls each, then `repeats` interleaved
-    rounds."""
+    rounds, read from `clock` (wall time by default; `time.thread_time` counts only the CPU time of
+    the calling thread, see `torch_threads`)."""
     device = device or torch.device("cpu")
     for candidate in candidates.values():
         for _ in range(warmup):
@@ -99,10 +115,10 @@ def time_interleaved(
 
     def timed(candidate: Callable[[], object]) -> Callable[[], float]:
         def measure() -> float:
-            start = time.perf_counter()
+            start = clock()
             candidate()
             synchronize(device)
-            return time.perf_counter() - start
+            return clock() - start
 
         return measure
 

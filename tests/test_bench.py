@@ -21,7 +21,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import data_loading, demo_augmentation, gpu, run, temporal_reasoning
 from benchmarks.results import BenchmarkResult, Table, fmt, read_result, write_index, write_result
-from benchmarks.timing import Samples, interleaved, peak_memory, time_interleaved, torch_threads
+from benchmarks.seed_spread import paired
+from benchmarks.timing import (
+    Samples,
+    interleaved,
+    peak_memory,
+    round_ratios,
+    time_interleaved,
+    torch_threads,
+)
 
 MB = 1_000_000
 
@@ -51,11 +59,45 @@ def test_time_interleaved_warms_up_and_times_each_candidate() -> None:
     assert timings["slow"].median > 0.02 > timings["fast"].median
 
 
+def test_time_interleaved_reads_the_given_clock() -> None:
+    """attention_scaling times in the thread's CPU time: a sleep takes wall time but no CPU time."""
+    wall = time_interleaved({"sleep": lambda: time.sleep(0.05)}, warmup=0, repeats=2)
+    cpu = time_interleaved({"sleep": lambda: time.sleep(0.05)}, warmup=0, repeats=2, clock=time.thread_time)
+    assert wall["sleep"].median >= 0.05 > 0.01 > cpu["sleep"].median
+
+
+def test_round_ratios_pair_the_rounds() -> None:
+    ratios = round_ratios(Samples((2.0, 4.0, 3.0)), Samples((1.0, 4.0, 2.0)))
+    assert ratios.values == (2.0, 1.0, 1.5)
+    assert ratios.median == 1.5
+    assert Samples((1.0, 2.0, 3.0, 4.0, 5.0)).quartiles == (2.0, 4.0)
+
+
 def test_samples_statistics() -> None:
     samples = Samples((1.0, 4.0, 2.0))
     assert samples.median == 2.0
     assert samples.spread == pytest.approx(1.5)
     assert samples.to_json() == {"median": 2.0, "min": 1.0, "max": 4.0, "values": (1.0, 4.0, 2.0)}
+
+
+def _runs(label: str, top1_by_seed: dict[int, float]) -> list[dict]:
+    return [{"label": label, "seed": seed, "curve": [{"val_top1": v}]} for seed, v in top1_by_seed.items()]
+
+
+def test_paired_difference_compares_the_same_seeds_and_says_what_its_interval_shows() -> None:
+    base = _runs("b", {0: 0.50, 1: 0.20, 2: 0.80, 3: 0.40})
+    shifted = _runs("a", {3: 0.52, 0: 0.61, 1: 0.31, 2: 0.90})  # +0.10 to +0.12 on every seed
+    difference = paired(shifted, base, "val_top1")
+    assert sorted(difference.differences) == pytest.approx([0.10, 0.11, 0.11, 0.12])
+    low, high = difference.interval
+    assert 0 < low < difference.mean < high  # the seeds' spread (0.2-0.8) cancels in the pairs
+    assert difference.verdict(margin=0.05) == "differ"
+    assert "4 seeds" in str(difference)
+    close = paired(_runs("a", {0: 0.51, 1: 0.19, 2: 0.80, 3: 0.40}), base, "val_top1")
+    assert close.verdict(margin=0.05) == "tie"
+    noisy = paired(_runs("a", {0: 0.80, 1: 0.10, 2: 0.60, 3: 0.40}), base, "val_top1")
+    assert noisy.verdict(margin=0.05) == "unsettled"
+    assert paired(_runs("a", {0: 0.6}), base, "val_top1").verdict(margin=0.05) == "unsettled"
 
 
 def test_peak_memory_counts_live_tensors_at_the_peak() -> None:
@@ -227,3 +269,32 @@ def test_xvit_reads_the_frame_order_that_spatial_only_attention_cannot(tmp_path:
     assert final["X-ViT"]["val_direction"] >= 0.7  # reads frame order
     assert final["spatial-only + averaging"]["val_direction"] <= 0.6  # order-blind: 50% expected
     assert (tmp_path / "temporal_reasoning.png").stat().st_size > 0
+
+
+def test_the_science_check_reuses_earlier_runs_and_trains_only_what_they_lack(tmp_path: Path) -> None:
+    labels = [
+        "spatial-only + averaging",
+        *(f"mix {f:g}, attention head" for f in temporal_reasoning.MIXED_FRACTIONS),
+    ]
+    curve = [{"step": 1000, "train_loss": 1.0, "val_top1": 0.5, "val_direction": 0.5}]
+    earlier = [
+        {"label": label, "seed": 0, "curve": curve, "preset": "xvit_tiny", "options": {}} for label in labels
+    ]
+    budget = temporal_reasoning.FULL.__dict__
+    path = tmp_path / "earlier.json"
+    path.write_text(json.dumps({"inputs": {"budget": budget}, "raw": {"results": earlier}}))
+    # every requested (variant, seed) is in the file: nothing is trained, all of it is reported
+    result = temporal_reasoning.run(
+        tmp_path / "out", seeds=1, fractions=(0.25, 0.5), baseline=False, reuse=path
+    )
+    assert [run["label"] for run in result.raw["results"]] == labels
+    chosen = temporal_reasoning.variants(False, seeds=2, fractions=(0.25, 0.5), baseline=False)
+    assert [(v.label, v.seed) for v in chosen] == [
+        ("mix 0.25, attention head", 0),
+        ("mix 0.5, attention head", 0),
+        ("mix 0.25, attention head", 1),
+        ("mix 0.5, attention head", 1),
+    ]
+    path.write_text(json.dumps({"inputs": {"budget": {**budget, "steps": 10}}, "raw": {"results": earlier}}))
+    with pytest.raises(SystemExit, match="another budget"):
+        temporal_reasoning.run(tmp_path / "out", seeds=1, reuse=path)

@@ -67,18 +67,21 @@ def channel_moves(
 def shift_channels_(frames: Tensor, moves: list[Move]) -> None:
     """Mix in place: `frames` (B, T, ..., C) with channels last; for each move, channels
     [start, stop) of frame t become those of frame t + offset, zeros where that is outside the clip.
-    Only the moved channels are copied (one temporary per move)."""
+
+    No temporary: frame by frame, in the order that reads every source before it is overwritten
+    (t ascending when the band comes from later frames, descending when from earlier ones), so only
+    the moved channels are read and written once. (A single copy from a shifted view would overlap
+    its destination, which torch refuses; cloning the source first doubled the traffic.)"""
     num_frames = frames.shape[1]
     for offset, start, stop in moves:
-        part = frames[..., start:stop]  # (B, T, ..., fold), a view
-        if abs(offset) >= num_frames:
-            part.zero_()
-        elif offset > 0:
-            part[:, :-offset] = part[:, offset:].clone()
-            part[:, -offset:] = 0
+        band = frames[..., start:stop]  # (B, T, ..., fold), a view
+        if offset > 0:
+            targets, outside = range(num_frames - offset), slice(max(num_frames - offset, 0), None)
         else:
-            part[:, -offset:] = part[:, :offset].clone()
-            part[:, :-offset] = 0
+            targets, outside = range(num_frames - 1, -offset - 1, -1), slice(0, -offset)
+        for t in targets:
+            band.select(1, t).copy_(band.select(1, t + offset))
+        band[:, outside].zero_()
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ _TINY = {
     "num_heads": 4,
     "num_classes": 10,
     "init_std": 0.1,
-    "pos_embed_std": 1.0,
+    "pos_embed_std": 0.1,
 }
 # Half the key/value channels mixed (the paper's SSv2 setting), one temporal-attention layer, and
 # the released code's channel layout ("embed"; the paper's Eq. 9 is "per_head").
