@@ -99,12 +99,12 @@ from vidtx.config import PipelineConfig, load_config  # noqa: E402
 @pytest.fixture(scope="session")
 def ray_instance() -> Iterator[None]:
     """One local Ray for the whole session: `train()` and Ray evaluation use it instead of starting
-    (and stopping) their own each time, which saves ~10 s per run."""
-    import ray
+    (and stopping) their own each time, which saves ~10 s per run. Started as vidtx starts one: on
+    127.0.0.1 only."""
+    from vidtx.ray_session import ray_session
 
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
+    with ray_session(num_cpus=2, include_dashboard=False):
+        yield
 
 
 @pytest.fixture(scope="session")

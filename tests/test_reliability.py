@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
-import ipaddress
 import json
 import logging
 import os
@@ -19,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from sockets import exposed, listening_sockets, process_tree
+from ui_stack import started_stack
 
 from vidtx.config import DataConfig, PipelineConfig, load_config
 from vidtx.data.loader import build_eval_loader
@@ -29,7 +29,6 @@ from vidtx.tracking.runs import TrackingUnavailableError, connect, start_or_resu
 from vidtx.train.launcher import train
 
 ROOT = Path(__file__).resolve().parent.parent
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def test_unreachable_mlflow_fails_before_any_compute(
@@ -105,47 +104,6 @@ with ray_session(num_cpus=1):
 """
 
 
-def _process_tree(root: int) -> set[int]:
-    parent_of: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, ValueError, IndexError):  # not a process, or one that ended
-            # /proc/<pid>/stat: "pid (name) state ppid ...", the name may hold spaces and ")"
-            parent_of[int(entry.name)] = int(entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
-    tree, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        children = {pid for pid, ppid in parent_of.items() if ppid == parent} - tree
-        tree |= children
-        frontier.extend(children)
-    return tree
-
-
-def _listening_addresses(pids: set[int]) -> dict[tuple[IPAddress, int], list[str]]:
-    """{(address, port): [process names]} of the TCP sockets these processes listen on."""
-    owner: dict[str, str] = {}
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            name = Path(f"/proc/{pid}/comm").read_text().strip()
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                with contextlib.suppress(OSError):
-                    target = os.readlink(fd)
-                    if target.startswith("socket:["):
-                        owner[target.removeprefix("socket:[").removesuffix("]")] = name
-    listening: dict[tuple[IPAddress, int], list[str]] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for row in Path(table).read_text().splitlines()[1:]:
-            columns = row.split()
-            (hex_ip, hex_port), state, inode = columns[1].split(":"), columns[3], columns[9]
-            if state == "0A" and inode in owner:  # 0A: LISTEN
-                # the kernel prints the address as 32-bit words in host (little-endian) order
-                words = [bytes.fromhex(hex_ip[i : i + 8])[::-1] for i in range(0, len(hex_ip), 8)]
-                address = ipaddress.ip_address(b"".join(words))
-                if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-                    address = address.ipv4_mapped  # ::ffff:127.0.0.1
-                listening.setdefault((address, int(hex_port, 16)), []).append(owner[inode])
-    return listening
-
-
 @pytest.mark.slow
 def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
     """The local Ray that training and evaluation start: none of its servers is reachable from the
@@ -158,15 +116,56 @@ def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
     try:
         assert session.stdout is not None
         assert session.stdout.readline() == "started\n"
-        listening = _listening_addresses(_process_tree(session.pid))
+        listening = listening_sockets(process_tree(session.pid))
     finally:
         session.communicate("\n", timeout=60)
     servers = {name for names in listening.values() for name in names}
     assert {"gcs_server", "raylet"} <= servers, listening
-    exposed = {
-        f"{address}:{port}": names for (address, port), names in listening.items() if not address.is_loopback
-    }
-    assert not exposed, f"listening beyond 127.0.0.1: {exposed}"
+    assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
+
+
+OPEN_SOCKETS = """
+import socket, sys
+tcp = socket.create_server(("0.0.0.0", 0))
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("0.0.0.0", 0))
+private = socket.create_server(("127.0.0.1", 0))
+print(tcp.getsockname()[1], udp.getsockname()[1], private.getsockname()[1], flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_socket_check_finds_sockets_open_to_the_network() -> None:
+    """The check the loopback tests rely on: a child of the tree listening on 0.0.0.0 (TCP, UDP)."""
+    parent = subprocess.Popen(
+        ["bash", "-c", f"{sys.executable} -c '{OPEN_SOCKETS}'"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert parent.stdout is not None
+        tcp, udp, private = parent.stdout.readline().split()
+        listening = listening_sockets(process_tree(parent.pid))
+    finally:
+        parent.communicate("\n", timeout=10)
+    assert f"tcp 127.0.0.1:{private}" in listening
+    assert sorted(exposed(listening)) == [f"tcp 0.0.0.0:{tcp}", f"udp 0.0.0.0:{udp}"]
+
+
+@pytest.mark.slow
+def test_the_test_sessions_ray_listens_on_loopback_only(ray_instance: None) -> None:
+    listening = listening_sockets(process_tree(os.getpid()))
+    assert {"gcs_server", "raylet"} <= {name for names in listening.values() for name in names}, listening
+    assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
+
+
+@pytest.mark.slow
+def test_make_ui_listens_on_loopback_only(tmp_path: Path) -> None:
+    """`make ui`'s Prefect server, MLflow UI and process worker, and what they started."""
+    with started_stack(tmp_path) as stack:
+        listening = listening_sockets({process.pid for process in stack.processes()})
+    for port in stack.ports:
+        assert f"tcp 127.0.0.1:{port}" in listening, listening
+    assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
 
 
 def test_tar_members_with_absolute_or_parent_paths_are_never_written_to_disk(

@@ -20,6 +20,7 @@ import psutil
 import pytest
 import torch
 from mlflow import MlflowClient
+from sockets import exposed, listening_sockets, process_tree
 
 from vidtx.config import PipelineConfig, dump_config
 from vidtx.eval.evaluate import predict_split
@@ -280,6 +281,21 @@ def test_sigterm_stops_training_with_its_ray_and_ends_the_mlflow_run_killed(
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.status == "KILLED"
     assert max(p.step for p in client.get_metric_history(run.info.run_id, STEP_METRIC)) < 400
+
+
+def test_a_local_training_listens_on_loopback_only(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
+    """Nothing of a training is reachable from the network: the driver, its local Ray and the Ray Train
+    workers with their torch rendezvous store and gloo transport (was: rank 0's store on *:port)."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=400, checkpoint_every=400, precision="fp32")
+    driver = start_training_until(config, tmp_path, "sockets", step=1)
+    try:
+        listening = listening_sockets(process_tree(driver.pid))
+    finally:
+        driver.send_signal(signal.SIGTERM)
+        driver.communicate(timeout=120)
+    workers = {where for where, names in listening.items() if "ray::RayTrainWo" in names}  # comm: 15 chars
+    assert workers, listening  # the store and the transport of the workers were seen
+    assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
 
 
 def test_same_seed_same_first_step_loss(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:

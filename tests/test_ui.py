@@ -7,18 +7,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 from demo_config import shrunk_demo_config
 from mlflow import MlflowClient
+from ui_stack import Stack, listening, started_stack, ui_sh
 
 from vidtx.config import PipelineConfig
 
@@ -34,66 +31,10 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-@dataclass
-class Stack:
-    prefect_url: str
-    mlflow_url: str
-    ports: tuple[int, int]
-    state: Path
-    env: dict[str, str]
-
-    def processes(self) -> list[psutil.Process]:
-        """What `ui.sh start` started (from its pid files) and everything below."""
-        found = []
-        for pidfile in self.state.glob("*.pid"):
-            try:
-                process = psutil.Process(int(pidfile.read_text()))
-                found += [process, *process.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                continue
-        return found
-
-
-def ui_sh(stack_env: dict[str, str], action: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", "infra/local/ui.sh", action], cwd=ROOT, env=stack_env, capture_output=True, text=True,
-        timeout=600, check=False,
-    )  # fmt: skip
-
-
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Stack]:
-    prefect_port, mlflow_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "BIN": str(Path(sys.executable).parent),
-        "UI_STATE": str(tmp_path / "ui"),
-        "PREFECT_HOME": str(tmp_path / "prefect"),
-        "PREFECT_PORT": str(prefect_port),
-        "MLFLOW_PORT": str(mlflow_port),
-        "MLFLOW_DB": str(tmp_path / "mlflow.db"),
-    }
-    started = ui_sh(env, "start")
-    stack = Stack(
-        f"http://127.0.0.1:{prefect_port}", f"http://127.0.0.1:{mlflow_port}", (prefect_port, mlflow_port),
-        tmp_path / "ui", env,
-    )  # fmt: skip
-    try:
-        assert started.returncode == 0, started.stderr[-3000:]
-        yield stack
-    finally:
-        ui_sh(env, "stop")
+    with started_stack(tmp_path) as started:
+        yield started
 
 
 def pipeline_config(tmp_path: Path, mlflow_db: str) -> PipelineConfig:

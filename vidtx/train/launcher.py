@@ -38,6 +38,7 @@ from vidtx.train.jobs import submit_training_job
 from vidtx.train.loop import train_loop_per_worker
 from vidtx.train.payload import TrainResult, WorkerPayload, checkpoint_uri, storage_location, worker_env
 from vidtx.train.progress import ProgressCallback, follow_progress
+from vidtx.train.rendezvous import NodeAddressTorchConfig
 from vidtx.train.splits import training_splits
 
 logger = logging.getLogger(__name__)
@@ -129,6 +130,7 @@ def _build_trainer(payload: WorkerPayload, run_name: str, storage_path: str) -> 
     return TorchTrainer(
         train_loop_per_worker,
         train_loop_config=payload.model_dump(mode="json"),
+        torch_config=NodeAddressTorchConfig(),
         scaling_config=ScalingConfig(
             num_workers=train_cfg.num_workers,
             use_gpu=train_cfg.use_gpu,
