@@ -262,15 +262,21 @@ def test_killed_training_job_resumes_when_started_again(tiny_dataset: PipelineCo
     assert len(client.search_runs([e.experiment_id for e in client.search_experiments()])) == 1
 
 
-def test_sigterm_stops_training_with_its_ray_and_ends_the_mlflow_run_killed(
+def test_a_training_listens_on_loopback_only_and_sigterm_stops_it_with_its_ray(
     tiny_dataset: PipelineConfig, tmp_path: Path
 ) -> None:
-    """SIGTERM to `vidtx train` (what `make ui-stop`, `kill` and Prefect's cancel send): the local Ray
-    and its workers stop with it, the MLflow run ends KILLED, exit code 143 and a one-line message."""
+    """While `vidtx train` trains, nothing of it is reachable from the network: the driver, its local
+    Ray and the Ray Train workers with their torch rendezvous store and gloo transport (was: rank 0's
+    store on *:port). SIGTERM to it (what `make ui-stop`, `kill` and Prefect's cancel send): the local
+    Ray and its workers stop with it, the MLflow run ends KILLED, exit code 143 and a one-line message."""
     config = run_config(tiny_dataset, tmp_path, max_steps=400, checkpoint_every=10, precision="fp32")
     driver = start_training_until(config, tmp_path, "stopped", step=5)
     tree = psutil.Process(driver.pid).children(recursive=True)
     assert any("raylet" in p.name() for p in tree), [p.name() for p in tree]
+    listening = listening_sockets(process_tree(driver.pid))
+    workers = {where for where, names in listening.items() if "ray::RayTrainWo" in names}  # comm: 15 chars
+    assert workers, listening  # the store and the transport of the workers were seen
+    assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
     driver.send_signal(signal.SIGTERM)
     _, stderr = driver.communicate(timeout=120)
     assert driver.returncode == 143, stderr[-2000:]
@@ -281,21 +287,6 @@ def test_sigterm_stops_training_with_its_ray_and_ends_the_mlflow_run_killed(
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.status == "KILLED"
     assert max(p.step for p in client.get_metric_history(run.info.run_id, STEP_METRIC)) < 400
-
-
-def test_a_local_training_listens_on_loopback_only(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
-    """Nothing of a training is reachable from the network: the driver, its local Ray and the Ray Train
-    workers with their torch rendezvous store and gloo transport (was: rank 0's store on *:port)."""
-    config = run_config(tiny_dataset, tmp_path, max_steps=400, checkpoint_every=400, precision="fp32")
-    driver = start_training_until(config, tmp_path, "sockets", step=1)
-    try:
-        listening = listening_sockets(process_tree(driver.pid))
-    finally:
-        driver.send_signal(signal.SIGTERM)
-        driver.communicate(timeout=120)
-    workers = {where for where, names in listening.items() if "ray::RayTrainWo" in names}  # comm: 15 chars
-    assert workers, listening  # the store and the transport of the workers were seen
-    assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
 
 
 def test_same_seed_same_first_step_loss(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
