@@ -1,5 +1,6 @@
-"""A sharding job stopped from outside (SIGKILL or SIGTERM to its main process) leaves no process
-behind: its pool workers and their prober children die with it, and nothing writes shards after."""
+"""A process stopped from outside (SIGKILL or SIGTERM) leaves no process behind: a sharding job's pool
+workers and their prober children, or a reader's DataLoader workers, stop with it, and nothing
+writes shards after."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,70 +19,129 @@ from vidtx.processes import TerminatedError, sigterm_raises
 from vidtx.shard.synthetic import generate_dataset
 
 
-def session_processes(session: int) -> list[int]:
-    """Live (not zombie) processes of a session, from /proc."""
-    pids = []
+def session_processes(session: int) -> dict[int, int]:
+    """Live (not zombie) processes of a session, from /proc: pid -> parent pid."""
+    processes = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            state, _, _, sid = stat.read_text().rsplit(")", 1)[1].split()[:4]
+            state, parent, _, sid = stat.read_text().rsplit(")", 1)[1].split()[:4]
         except (OSError, ValueError):
             continue
         if int(sid) == session and state != "Z":
-            pids.append(int(stat.parent.name))
-    return pids
+            processes[int(stat.parent.name)] = int(parent)
+    return processes
 
 
-def written(folder: Path) -> dict[str, int]:
-    return {path.name: path.stat().st_mtime_ns for path in folder.glob("*") if path.is_file()}
+def forked(session: int) -> list[int]:
+    """The processes of a session whose parent is in it too. Once the job is gone: its workers and
+    probers (forked by its forkservers), not the idle forkservers and the resource tracker, whose
+    parent died and which exit as soon as their interpreter has shut down (seconds, with torch loaded
+    and a busy machine)."""
+    processes = session_processes(session)
+    return [pid for pid, parent in processes.items() if parent in processes]
+
+
+def gone_within(seconds: float, processes: Callable[[], object]) -> bool:
+    deadline = time.monotonic() + seconds
+    while processes() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not processes()
+
+
+def finished(folder: Path) -> dict[str, int]:
+    """The shards and manifests in place (what a finished shard or split renames into the folder)."""
+    done = [path for pattern in ("*.tar", "*.stats.json", "*.manifest.json") for path in folder.glob(pattern)]
+    return {path.name: path.stat().st_mtime_ns for path in done}
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_stopping_the_shard_job_stops_its_workers_and_probers(tmp_path: Path, stop: signal.Signals) -> None:
+    """Stopped while both workers re-encode (each video takes over a second: 64 frames re-encoded as
+    1280, all keyframes), no process of the job is left within seconds, and no shard is finished."""
     annotations = generate_dataset(
         SynthConfig(
             output=tmp_path / "videos",
             classes=["moving_up", "moving_down"],
-            videos_per_class={"train": 40},
-            num_frames=32,
-            size=64,
+            videos_per_class={"train": 2},
+            num_frames=64,
+            size=256,
         )
     )
     output = tmp_path / "shards"
     options = [
         "max_samples_per_shard=2",
         "processes=2",
-        "reencode.short_side=32",
-        "reencode.keyframe_interval=4",
+        "reencode.short_side=256",
+        "reencode.fps=240",
+        "reencode.keyframe_interval=1",
     ]
     command = [sys.executable, "-m", "vidtx", "shard", str(annotations), str(output)]
+    stderr = tmp_path / "stderr.txt"
     job = subprocess.Popen(
         [*command, *(f"--set=shard.{option}" for option in options)],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        stderr=stderr.open("w"),
         start_new_session=True,  # the job and every process it starts share the session id job.pid
     )
-    deadline = time.monotonic() + 120
-    while not list(output.glob("*.stats.json")) and time.monotonic() < deadline:
+    # the job, its resource tracker and forkserver, 2 workers, their forkservers and probers
+    deadline = time.monotonic() + 60
+    while len(session_processes(job.pid)) < 9 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert len(session_processes(job.pid)) >= 4, "the job, its forkserver, workers and probers"
+    time.sleep(0.3)  # both probers are re-encoding their first video
+    assert len(list(output.glob("*.tar.tmp"))) == 2, "both shards are being written"
+    before = finished(output)
     job.send_signal(stop)
-    _, stderr = job.communicate(timeout=60)
+    job.wait(timeout=30)
 
-    deadline = time.monotonic() + 15
-    while session_processes(job.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert session_processes(job.pid) == []
-    before = written(output)
-    time.sleep(2)
-    assert written(output) == before, "nothing writes shards after the job stopped"
-    assert len([name for name in before if name.endswith(".stats.json")]) < 40
+    assert gone_within(2, lambda: forked(job.pid)), "the workers and probers stop with the job"
+    assert gone_within(20, lambda: session_processes(job.pid)), "no process of the job is left"
+    assert finished(output) == before, "no shard finished after the job stopped"
+    assert "Traceback" not in stderr.read_text(), stderr.read_text()
     if stop == signal.SIGTERM:
         assert job.returncode == 128 + signal.SIGTERM
-        assert "Traceback" not in stderr, stderr
-        assert "stopped by SIGTERM" in stderr
+        assert "stopped by SIGTERM" in stderr.read_text()
+
+
+ENDLESS_LOADER = """
+import itertools, time
+import torch
+from vidtx.processes import forkserver_context
+
+class Endless(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        for index in itertools.count():
+            time.sleep(0.01)
+            yield index
+
+if __name__ == "__main__":
+    loader = torch.utils.data.DataLoader(Endless(), num_workers=2, multiprocessing_context=forkserver_context())
+    for batch in loader:
+        print(batch.item(), flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_dataloader_workers_die_with_the_process_that_reads_them(tmp_path: Path) -> None:
+    """A reading process killed outright leaves no DataLoader worker (they ran on for ever: torch's
+    watchdog checks their parent, the forkserver, which their copies of its pipe kept alive)."""
+    (tmp_path / "program.py").write_text(ENDLESS_LOADER)
+    job = subprocess.Popen(
+        [sys.executable, "program.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    job.stdout.readline()  # both workers are running
+    assert len(forked(job.pid)) >= 3, "the program's forkserver and its 2 workers"
+    job.kill()
+    job.wait(timeout=30)
+    assert gone_within(2, lambda: forked(job.pid)), "the workers stop with the process"
+    assert gone_within(20, lambda: session_processes(job.pid)), "no process is left"
 
 
 CHILD_STARTS = """

@@ -1,18 +1,31 @@
-"""Child processes that never outlive the job that started them, and SIGTERM as a clean stop.
+"""Child processes that never outlive the process that started them, and SIGTERM as a clean stop.
 
-A sharding job runs pool workers, and each worker a prober child (through forkserver, so the
-forkserver process is their parent). If the job is killed, nothing tells those children: the
-issue that found it saw six workers writing shards a minute after `kill -9`. Linux's
-`PR_SET_PDEATHSIG` does: a child that calls `die_with_parent()` gets SIGKILL when its parent exits,
-and a forkserver exits as soon as the process that owns it does, so the kill cascades down the
-tree. `sigterm_raises()` turns SIGTERM into an exception in the main thread, so `with` blocks
-(process pools included) unwind and stop their children instead of the interpreter vanishing.
+A sharding job's pool workers, each worker's prober child and a training process's DataLoader
+workers all start through forkserver (`forkserver_context`); the job's forkserver forks the
+workers, and each worker starts a forkserver of its own for its probers. If the job is killed
+outright, nothing tells those children. Their parent-death signal (`PR_SET_PDEATHSIG`, used before)
+waits for their parent, a forkserver, which exits only once every copy of its "alive" pipe is
+closed; CPython gives one to each child it forks, so after `kill -9 vidtx shard` the servers stayed,
+and the workers re-encoded on, finished and renamed their shards, then died on a BrokenPipeError
+(DataLoader workers: never). Closing those copies lets the signal come, but only once the server has
+shut its interpreter down (0.4 s idle, with torch imported; over a second on a busy machine), time
+in which a worker still finishes a shard.
+
+So every process of a `forkserver_context` (`_JobProcess`, whoever starts it: a Pool, torch's
+DataLoader) watches the process that started it, through the sentinel of
+`multiprocessing.parent_process()` (a pipe whose other end only that process holds). When that is
+gone, a thread SIGKILLs the child's own children and `os._exit`s: no shard is finished, nothing is
+printed. The thread needs the GIL, which the decoders let go of often (every 50 ms at worst while
+re-encoding on a busy machine). The idle forkservers exit by themselves once no child holds their
+pipe: after their interpreter's shutdown, half a second each when the machine is idle.
+
+`sigterm_raises()` turns SIGTERM into an exception in the main thread, so `with` blocks (process
+pools included) unwind and stop their children instead of the interpreter vanishing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing
 import os
 import signal
@@ -20,26 +33,40 @@ import sys
 import threading
 import types
 from collections.abc import Iterator
-from multiprocessing.context import ForkServerContext
+from multiprocessing.connection import wait
+from multiprocessing.context import ForkServerContext, ForkServerProcess
+from multiprocessing.process import BaseProcess
 from types import FrameType
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class TerminatedError(Exception):
     """The process received SIGTERM."""
 
 
-def die_with_parent(parent_pid: int | None = None) -> None:
-    """Ask Linux to SIGKILL this process when its parent exits (no-op elsewhere). `parent_pid`: the
-    parent it expects; if that one is already gone, exit now."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(1)  # the parent died before the request took effect
+def _exit_with_parent(parent: BaseProcess) -> None:
+    """Wait for `parent` to exit, then SIGKILL this process's children and exit at once."""
+    wait([parent.sentinel])
+    for child in multiprocessing.active_children():
+        child.kill()
+    os._exit(1)
+
+
+class _JobProcess(ForkServerProcess):
+    """A forkserver child that dies, with its own children, as soon as the process that started it
+    is gone (see the module's docstring)."""
+
+    def run(self) -> None:
+        parent = multiprocessing.parent_process()
+        assert parent is not None  # a started child always has one
+        threading.Thread(target=_exit_with_parent, args=(parent,), name="vidtx-parent", daemon=True).start()
+        super().run()
+
+
+class _JobContext(ForkServerContext):
+    Process = _JobProcess
+
+
+_CONTEXT = _JobContext()
 
 
 @contextlib.contextmanager
@@ -92,11 +119,10 @@ def forkserver_context(*preload: str) -> ForkServerContext:
     command that imports the CLI and its config models (~0.1 s); under `python -m benchmarks.run` or
     a Prefect flow run it is torch, Prefect and the rest (~1.3 s), paid again by every prober child
     and DataLoader worker. With those modules already in the server, a child starts in ~10 ms.
-    The server starts once per process: the preload of the first call to start it is the one used."""
-    context = multiprocessing.get_context("forkserver")
-    assert isinstance(context, ForkServerContext)
-    context.set_forkserver_preload([*preload, *_main_imports()])
-    return context
+    The server starts once per process: the preload of the first call to start it is the one used.
+    Its processes die with the process that calls this (see the module's docstring)."""
+    _CONTEXT.set_forkserver_preload([__name__, *preload, *_main_imports()])
+    return _CONTEXT
 
 
 def _main_imports() -> list[str]:

@@ -29,7 +29,7 @@ from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS
 from vidtx.media.decode import VideoDecodeError, VideoInfo, probe_video
 from vidtx.media.encode import reencode
 from vidtx.media.jpeg import video_to_frames
-from vidtx.processes import die_with_parent, forkserver_context, sigterm_deferred
+from vidtx.processes import forkserver_context, sigterm_deferred
 
 
 class RejectedVideoError(Exception):
@@ -104,7 +104,6 @@ def prepare_video(path: Path, cfg: ShardConfig) -> PreparedVideo:
 def _serve(connection: Connection) -> None:
     """The child: announce itself, then prepare each (path, shard config) received and send back the
     result or the exception, until the parent closes the pipe."""
-    die_with_parent()  # the forkserver, which exits with the process that runs the shard
     # decord's FFmpeg prints every bad packet to stderr; the reject reason already says it in one line.
     decord.logging.set_level(decord.logging.FATAL)
     try:

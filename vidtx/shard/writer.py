@@ -44,7 +44,7 @@ from vidtx.manifest import (
     manifest_path,
     reason_counts,
 )
-from vidtx.processes import die_with_parent, forkserver_context, sigterm_raises
+from vidtx.processes import forkserver_context, sigterm_raises
 from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards, read_dataset
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
 from vidtx.shard.report import write_ignored
@@ -242,7 +242,6 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
 
 
 def _start_worker() -> None:
-    die_with_parent()  # the forkserver, which exits with the job
     # A Pool marks its workers daemonic, which forbids children; each worker probes in a child of
     # its own (killed on a timeout, dying with the worker), so this one is not a daemon.
     current_process().daemon = False
