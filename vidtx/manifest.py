@@ -14,9 +14,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 MANIFEST_SUFFIX = ".manifest.json"
 # A sample of the video store holds the video under its container's extension (mp4 after a re-encode);
@@ -31,13 +31,14 @@ FRAMES_MEMBER = "frames"
 
 
 def recorded_name(text: str) -> str:
-    """Python keeps the bytes of a file name that are not UTF-8 as lone surrogates, which JSON cannot
-    hold; they become `\\xNN` escapes (`\\xffclip.mp4`), readable and unambiguous."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-# A file name or key as recorded in JSON (a manifest, a rejects list, a sample's json): any name on disk.
-RecordedName = Annotated[str, AfterValidator(recorded_name)]
+    """A file name or key as it is recorded in JSON (manifests, rejects, the samples' json), one to
+    one: Python keeps the bytes of a name that are not UTF-8 as lone surrogates, which JSON cannot
+    hold; they become `\\xNN` escapes (`\\xffclip.mp4`), and a backslash of the name itself is doubled,
+    so that a name spelling `x\\xe9` reads `x\\\\xe9` and never as the byte 0xE9. Reading `\\\\` as a
+    backslash and `\\xNN` as the byte NN gives the name back. Applied once, where a name of the file
+    system is recorded (the plan, the ignored list): a recorded name is never recorded again."""
+    escaped = text.replace("\\", "\\\\")
+    return escaped.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class ShardInfo(BaseModel):
@@ -56,8 +57,8 @@ class Reject(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    key: RecordedName  # the video's key in the source dataset (not a tar sample key)
-    path: RecordedName  # source path, relative to the dataset root when possible
+    key: str  # the video's key in the source dataset (not a tar sample key), as `recorded_name` records it
+    path: str  # source path, relative to the dataset root when possible (`recorded_name`)
     label: int  # label id; -1 when the annotation names no known class
     reason: str  # "<kind>: <detail>" or "<kind> (<detail>)"; see `reason_kind`
 
