@@ -4,6 +4,9 @@
 complete; loaders read shard names from it rather than globbing the folder. `content_hash` depends
 only on the data (shard digests, sample counts, class names), not on how the job ran (process
 count, paths), so training can record it as the dataset's identity.
+
+Split names become file names (`shard_name`, `manifest_path`, `rejects_path`), so they are checked
+there (`check_split`); file names and keys become JSON, so they are recorded with `recorded_name`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 MANIFEST_SUFFIX = ".manifest.json"
+REJECTS_SUFFIX = ".rejects.jsonl"
 # A sample of the video store holds the video under its container's extension (mp4 after a re-encode);
 # one of the frames store holds the JPEG frames back to back under FRAMES_MEMBER, their byte offsets
 # in its json ("offsets", one per frame plus the end).
@@ -28,6 +32,24 @@ VIDEO_EXTENSIONS = (
     *(".ts", ".mpg", ".mpeg", ".3gp", ".flv", ".wmv", ".ogv"),
 )
 FRAMES_MEMBER = "frames"
+# A split names files of the shard folder, so it is a plain name: no '/', no leading '.' (nor '..'),
+# nothing that webdataset reads in a shard URL ('{a,b}' braces, '::'), no bytes that are not UTF-8.
+SPLIT_NAME = re.compile(r"\w[\w.-]{0,99}")
+
+
+def check_split(split: str) -> str:
+    """`split`, or ValueError when it cannot name files (`SPLIT_NAME`)."""
+    if not SPLIT_NAME.fullmatch(split):
+        raise ValueError(
+            f"split {split!r} cannot name files: a split name is letters, digits, '_', '-' and '.' "
+            "(not first), at most 100 characters"
+        )
+    return split
+
+
+def shard_name(split: str, index: int) -> str:
+    """`<split>-NNNNNN.tar`, the name of a split's tar in the shard folder."""
+    return f"{check_split(split)}-{index:06d}.tar"
 
 
 def recorded_name(text: str) -> str:
@@ -146,7 +168,11 @@ def content_hash(shards: list[ShardInfo], class_names: list[str]) -> str:
 
 
 def manifest_path(shards_dir: Path, split: str) -> Path:
-    return Path(shards_dir) / f"{split}{MANIFEST_SUFFIX}"
+    return Path(shards_dir) / f"{check_split(split)}{MANIFEST_SUFFIX}"
+
+
+def rejects_path(shards_dir: Path, split: str) -> Path:
+    return Path(shards_dir) / f"{check_split(split)}{REJECTS_SUFFIX}"
 
 
 def load_manifest(shards_dir: Path, split: str) -> Manifest:

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from vidtx.config import ConfigError, ShardConfig
-from vidtx.manifest import recorded_name
+from vidtx.manifest import recorded_name, shard_name
 from vidtx.shard.records import normalise_split, relative_to_root
 from vidtx.shard.sources import Source, VideoRecord, read_source
 
@@ -51,7 +51,7 @@ class ShardSpec(BaseModel):
 
     @property
     def name(self) -> str:
-        return f"{self.split}-{self.index:06d}.tar"
+        return shard_name(self.split, self.index)
 
     def fingerprint(self, cfg: ShardConfig) -> str:
         """Changes whenever the bytes of the shard could: its plan or the per-video processing."""

@@ -43,6 +43,7 @@ from vidtx.manifest import (
     file_sha256,
     manifest_path,
     reason_counts,
+    rejects_path,
 )
 from vidtx.processes import die_with_parent, forkserver_context, sigterm_raises
 from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards, read_dataset
@@ -210,14 +211,14 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
         raise ValueError(f"{split}: no shard results to finalize")
     class_names = results[0].class_names
     rejects = [reject for result in results for reject in result.rejects]
-    with (cfg.output / f"{split}.rejects.jsonl").open("w") as file:
+    with rejects_path(cfg.output, split).open("w") as file:
         file.writelines(reject.model_dump_json() + "\n" for reject in rejects)
     planned = sum(r.samples for r in results) + len(rejects)
     if planned and len(rejects) / planned > cfg.max_reject_fraction:
         reasons = ", ".join(f"{count} x {reason}" for reason, count in reason_counts(rejects))
         raise ShardingError(
             f"{split}: {len(rejects)} of {planned} videos rejected (> max_reject_fraction "
-            f"{cfg.max_reject_fraction}): {reasons}; see {cfg.output / f'{split}.rejects.jsonl'}"
+            f"{cfg.max_reject_fraction}): {reasons}; see {rejects_path(cfg.output, split)}"
         )
     counts = Counter(dict.fromkeys(class_names, 0))
     for result in results:
