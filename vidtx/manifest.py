@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
+from vidtx.files import write_text
+
 MANIFEST_SUFFIX = ".manifest.json"
 REJECTS_SUFFIX = ".rejects.jsonl"
 # A sample of the video store holds the video under its container's extension (mp4 after a re-encode);
@@ -135,9 +137,7 @@ class Manifest(BaseModel):
         return [str(Path(folder) / shard.name) for shard in self.shards]
 
     def save(self, folder: Path) -> Path:
-        path = manifest_path(folder, self.split)
-        path.write_text(self.model_dump_json(indent=2) + "\n")
-        return path
+        return write_text(manifest_path(folder, self.split), self.model_dump_json(indent=2) + "\n")
 
 
 def file_sha256(path: Path) -> str:
