@@ -53,21 +53,37 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
 
 # --- bad inputs: the `vidtx` command, and a dataset of bad and odd videos sharded with it ---------
 
+import os  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 
 from media import write_dataset  # noqa: E402
 
 
 @pytest.fixture(scope="session", name="vidtx")
 def vidtx_command() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """`vidtx(*args)`: `python -m vidtx *args` run to completion (5 min at most), output captured."""
+    """`vidtx(*args, prefix=())`: `python -m vidtx *args` run to completion (5 min at most), output
+    captured; `prefix` is a command that runs it (`file_permissions_apply`, a mount namespace)."""
 
-    def vidtx(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "vidtx", *args]
+    def vidtx(*args: str, prefix: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+        command = [*prefix, sys.executable, "-m", "vidtx", *args]
         return subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
 
     return vidtx
+
+
+@pytest.fixture
+def file_permissions_apply() -> list[str]:
+    """A command prefix under which file permissions stop the process: as root (the tests' usual user,
+    whom mode 000 does not stop) setpriv without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH; skips the
+    test where that cannot be done."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root, and without setpriv file permissions cannot be made to apply")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
 
 
 @pytest.fixture(scope="session")

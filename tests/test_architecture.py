@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vidtx.eval",),
     ("vidtx.data", "vidtx.shard", "vidtx.model_factory"),
     ("vidtx.manifest", "vidtx.media", "vidtx.models"),
-    ("vidtx.nn", "vidtx.config", "vidtx.markdown", "vidtx.ray_session", "vidtx.processes"),
+    ("vidtx.nn", "vidtx.config", "vidtx.markdown", "vidtx.ray_session", "vidtx.processes", "vidtx.files"),
     ("vidtx.log", "vidtx.env"),
 ]
 # (importer, imported, why): edges that are never allowed, whatever the layers say.

@@ -2,8 +2,11 @@
 the file and line, and a whole file that cannot be read is a one-line error (issue 10, point 1, data side).
 """
 
+import csv
 import json
 import logging
+import os
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -13,8 +16,9 @@ from media import case_bytes, good
 
 from vidtx.config import ShardConfig
 from vidtx.shard.annotations import AnnotationError
+from vidtx.shard.plan import plan_shards
 from vidtx.shard.sources import UNLABELLED, read_source
-from vidtx.shard.writer import ShardingError, shard_dataset
+from vidtx.shard.writer import ShardingError, finalize_split, shard_dataset, write_shard
 
 # --- CSV ------------------------------------------------------------------------------------------
 
@@ -102,6 +106,53 @@ def test_annotation_paths_outside_the_video_root_are_rejects(tmp_path: Path) -> 
     assert ssv2.problem == (
         f"outside the video root: '../../x' (something-something-v2-train.json[0]) is not inside {folder / 'videos'}"
     )
+
+
+SPLIT_RULE = "a split name is letters, digits, '_', '-' and '.' (not first), at most 100 characters"
+
+
+def test_a_split_name_that_cannot_name_files_fails_the_job_before_anything_is_written(
+    tmp_path: Path, vidtx: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    """Split names become file names: `../../escaped` wrote `escaped-000000.tar`, its manifest and its
+    rejects two folders above the output, and `a/b` failed the job with a raw `[Errno 2]`."""
+    videos, output = tmp_path / "data/videos", tmp_path / "data/shards"
+    videos.mkdir(parents=True)
+    for name in ("a.mp4", "b.mp4"):
+        (videos / name).write_bytes(good())
+    annotations = videos / "list.csv"
+    for split in ("../../escaped", "a/b"):
+        annotations.write_text(f"path,label,split\na.mp4,x,train\nb.mp4,x,{split}\n")
+        result = vidtx("shard", str(annotations), str(output), "--set", "shard.processes=1")
+        assert result.returncode == 1
+        assert result.stderr.splitlines() == [
+            f"error: {annotations}:3: split {split!r} cannot name files: {SPLIT_RULE}"
+        ]
+    for split in ("{train,val}", ".hidden", "x" * 101):  # webdataset expands braces in shard URLs
+        with annotations.open("w", newline="") as file:
+            csv.writer(file).writerows([["path", "label", "split"], ["a.mp4", "x", split]])
+        with pytest.raises(
+            AnnotationError, match=f"^{re.escape(str(annotations))}:2: split .* cannot name files"
+        ):
+            read_source(annotations, "csv")
+    latin1 = tmp_path / "folders" / os.fsdecode(b"v\xe9")  # a split folder whose name is not UTF-8
+    (latin1 / "cat").mkdir(parents=True)
+    (latin1 / "cat/c.mp4").write_bytes(good())
+    with pytest.raises(AnnotationError, match="cannot name files") as error:
+        read_source(tmp_path / "folders", "folder")
+    assert str(error.value).startswith(f"{latin1}: split 'v\\udce9' cannot name files")
+
+    # The writer and the finalizer name files only through the checked split names.
+    annotations.write_text("path,label\na.mp4,x\n")
+    cfg = ShardConfig(source=annotations, output=output, processes=1)
+    [spec] = plan_shards(cfg)
+    with pytest.raises(ValueError, match="cannot name files"):
+        write_shard(spec.model_copy(update={"split": "../../escaped"}), cfg)
+    result = write_shard(spec, cfg).model_copy(update={"split": "../../escaped"})
+    with pytest.raises(ValueError, match="cannot name files"):
+        finalize_split(cfg, "../../escaped", [result])
+    assert {path.name for path in tmp_path.rglob("*escaped*")} == set()
+    assert sorted(path.name for path in output.iterdir()) == ["train-000000.stats.json", "train-000000.tar"]
 
 
 # --- Kinetics -------------------------------------------------------------------------------------

@@ -241,6 +241,47 @@ def test_file_names_that_are_not_utf8_are_sharded_and_reported_in_readable_json(
     assert "train/caf\\xe9/f\\xeate.mp4" in sources
 
 
+def test_a_backslash_in_a_name_is_recorded_apart_from_a_byte_that_is_not_utf8(tmp_path: Path) -> None:
+    """A file named `x\\xe9.mp4` (a backslash, then x e 9) and one whose name holds the byte 0xE9 got
+    one key and one source, and two such class folders one class name; a backslash is now recorded
+    doubled, so every recorded name is one name on disk, read back by unescaping `\\\\` and `\\xNN`."""
+    root = os.fsencode(tmp_path / "videos")  # <class>/<video>: all train
+    names = {b"caf\\xe9": [b"x\\xe9.mp4", b"x\xe9.mp4"], b"caf\xe9": [b"x\\xe9.mp4", b"back\\slash.mp4"]}
+    for folder, files in names.items():
+        os.makedirs(root + b"/" + folder)
+        for name in files:
+            Path(os.fsdecode(root + b"/" + folder + b"/" + name)).write_bytes(good())
+    Path(os.fsdecode(root + b"/caf\xe9/broken\\x.mp4")).write_bytes(b"not a video")
+    cfg = ShardConfig(
+        source=tmp_path / "videos", format="folder", output=tmp_path / "shards", max_reject_fraction=0.5
+    )
+    manifest = shard_dataset(cfg)["train"]
+    assert manifest.class_names == ["caf\\\\xe9", "caf\\xe9"]
+    assert [(r.key, r.path) for r in manifest.rejects] == [
+        ("caf\\xe9/broken\\\\x", "caf\\xe9/broken\\\\x.mp4")
+    ]
+    samples = [
+        json.loads(s["json"]) for s in wds.WebDataset(manifest.shard_urls(cfg.output), shardshuffle=False)
+    ]
+    assert sorted(meta["source"] for meta in samples) == [
+        "caf\\\\xe9/x\\\\xe9.mp4",
+        "caf\\\\xe9/x\\xe9.mp4",
+        "caf\\xe9/back\\\\slash.mp4",
+        "caf\\xe9/x\\\\xe9.mp4",
+    ]
+    assert len({meta["key"] for meta in samples}) == 4
+
+    def on_disk(recorded: str) -> bytes:  # the names here are ASCII but for their escapes
+        return recorded.encode().decode("unicode_escape").encode("latin-1")
+
+    assert {on_disk(meta["source"]) for meta in samples} == {
+        folder + b"/" + name for folder, files in names.items() for name in files
+    }
+    assert {on_disk(meta["label_name"]) for meta in samples} == set(names)
+    # A re-run reads the shards' recorded results back: nothing is escaped twice.
+    assert shard_dataset(cfg)["train"] == manifest
+
+
 def test_an_odd_sized_video_is_recorded_with_its_size_in_every_store(tmp_path: Path) -> None:
     """97x55: copied and as JPEG frames it keeps its size; H.264 needs even sizes, so the re-encode
     stores 96x54 and records the source's 97x55 beside it."""

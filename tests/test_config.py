@@ -1,3 +1,5 @@
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,6 +114,45 @@ def test_yaml_tags_are_not_executed(tmp_path: Path) -> None:
     path.write_text("name: !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(path)
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """A YAML flow mapping of `levels` nested anchors, each a list of nine aliases of the one before:
+    9 ** levels strings from ~60 bytes a level."""
+    lists = ["a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
+    lists += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "{" + ", ".join(lists) + "}"
+
+
+def test_yaml_aliases_that_expand_past_a_limit_are_refused_in_one_line(tmp_path: Path, vidtx) -> None:
+    """A 600-byte alias bomb in `train.deepspeed` took 2.6 GB and timed out `vidtx config show`."""
+    override = f"train.deepspeed={alias_bomb()}"
+    with pytest.raises(ConfigError, match=rf"^--set {re.escape(override)}: YAML aliases repeat more than"):
+        load_config(None, [override])
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(f"train:\n  deepspeed: {alias_bomb()}\n")
+    started = time.monotonic()
+    result = vidtx("config", "show", str(bomb))
+    assert time.monotonic() - started < 30
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: {bomb}: YAML aliases repeat more than 10000 values (an alias bomb?); "
+        "write the values out or use include:"
+    ]
+    cycle = tmp_path / "cycle.yaml"
+    cycle.write_text("train:\n  deepspeed: &a {nested: *a}\n")
+    with pytest.raises(ConfigError, match=f"^{cycle}: a YAML alias refers to a value that contains it"):
+        load_config(cycle)
+    # Aliases within the limit, as people use them (merge keys included), are read as before.
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(
+        "train:\n  optimizer: &opt {name: adamw, lr: 0.01}\n"
+        f"  deepspeed: {{levels: {alias_bomb(3)}, merged: {{<<: *opt, lr: 0.02}}}}\n"
+    )
+    config = load_config(shared)
+    assert config.train.optimizer.lr == 0.01
+    assert config.train.deepspeed["levels"]["a2"] == [[["lol"] * 9] * 9] * 9
+    assert config.train.deepspeed["merged"] == {"name": "adamw", "lr": 0.02}
 
 
 def test_gradient_accumulation_follows_global_batch() -> None:

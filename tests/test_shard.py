@@ -1,6 +1,8 @@
 import hashlib
 import io
 import json
+import os
+import re
 import shutil
 import signal
 import subprocess
@@ -14,6 +16,7 @@ import decord
 import numpy as np
 import pytest
 import webdataset as wds
+from media import encode
 
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig
 from vidtx.manifest import load_manifest
@@ -290,3 +293,54 @@ def test_the_encoder_output_is_a_pure_function_of_its_input() -> None:
     frames = [np.roll(base, 2 * t, axis=1) for t in range(16)]
     outputs = {encode_mp4(frames, 12, keyframe_interval=4) for _ in range(100)}
     assert len(outputs) == 1
+
+
+def in_a_mount_namespace_with_a_full_disk(folder: Path) -> list[str]:
+    """A command prefix that runs a command with `folder` on a 200 KB tmpfs mounted in a mount namespace
+    of its own (gone with the command, nothing to unmount), listing what the command left there in
+    `<folder>.left`; skips the test where no tmpfs can be mounted (no root, no user namespaces)."""
+    unshare = ["unshare", "--mount", *(["--map-root-user"] if os.geteuid() != 0 else [])]
+    mount = 'mount -t tmpfs -o size=200k tmpfs "$0"'
+    folder.mkdir()
+    if subprocess.run([*unshare, "sh", "-c", mount, str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root or user namespaces)")
+    script = f'{mount} || exit 99; "$@"; code=$?; ls -A "$0" > "$0.left"; exit $code'
+    return [*unshare, "sh", "-c", script, str(folder)]
+
+
+@pytest.mark.parametrize("output_is", ["read_only", "on_a_full_disk"])
+def test_an_output_that_cannot_be_written_is_one_line_and_leaves_no_temporary_file(
+    tmp_path: Path, vidtx, file_permissions_apply: list[str], output_is: str
+) -> None:
+    """Was: a traceback (read-only), 3-5 tracebacks and a full-size `.tar.tmp` left (full disk)."""
+    noise = np.random.default_rng(0).integers(0, 256, (24, 96, 96, 3), dtype=np.uint8)
+    video = encode(noise)  # ~150 KB: noise does not compress
+    (tmp_path / "videos").mkdir()
+    for index in range(4):
+        (tmp_path / f"videos/v{index}.mp4").write_bytes(video)
+    (tmp_path / "videos/list.csv").write_text("path,label\n" + "".join(f"v{i}.mp4,a\n" for i in range(4)))
+    output = tmp_path / "shards"
+    arguments = [
+        "shard",
+        str(tmp_path / "videos/list.csv"),
+        str(output),
+        "--set=shard.max_samples_per_shard=1",
+    ]
+    if output_is == "read_only":
+        output.mkdir(mode=0o555)
+        result = vidtx(*arguments, prefix=file_permissions_apply)
+        assert result.stderr.splitlines() == [f"error: {output}/ignored.jsonl: Permission denied"]
+        assert list(output.iterdir()) == []
+    else:
+        result = vidtx(
+            *arguments, "--set=shard.processes=2", prefix=in_a_mount_namespace_with_a_full_disk(output)
+        )
+        *written, error = result.stderr.splitlines()
+        assert [line for line in written if " INFO " not in line] == []  # the shards that fitted
+        assert re.fullmatch(
+            rf"error: {output}/train-00000\d\.(tar|stats\.json): No space left on device", error
+        )
+        left = (tmp_path / "shards.left").read_text().split()
+        assert "ignored.jsonl" in left  # listed after the command
+        assert [name for name in left if name.endswith(".tmp")] == []
+    assert result.returncode == 1

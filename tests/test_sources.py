@@ -1,6 +1,5 @@
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -243,29 +242,27 @@ def test_file_names_that_are_not_utf8_are_listed(tmp_path: Path) -> None:
     json.dumps([source.records[0].key, source.class_names])  # representable in JSON (escaped)
 
 
-def read_folder_without_read_permission(root: Path) -> dict[str, list]:
-    """read_source(root, "folder") in a child that file permissions apply to: as root (the tests'
-    usual user, whom mode 000 does not stop) the child drops CAP_DAC_OVERRIDE/READ_SEARCH via setpriv."""
+def read_folder_without_read_permission(root: Path, prefix: list[str]) -> dict[str, list]:
+    """read_source(root, "folder") in a child that file permissions apply to (conftest's
+    `file_permissions_apply` gives the `prefix`)."""
     script = (
         "import json, sys; from vidtx.shard.sources import read_source; s = read_source(sys.argv[1], 'folder');"
         "print(json.dumps({'keys': [r.key for r in s.records], 'ignored': [[str(i.path), i.reason] for i in s.ignored]}))"
     )
-    command = [sys.executable, "-c", script, str(root)]
-    if os.geteuid() == 0:
-        if shutil.which("setpriv") is None:
-            pytest.skip("running as root, and without setpriv a folder cannot be made unreadable")
-        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *command]
+    command = [*prefix, sys.executable, "-c", script, str(root)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def test_an_unreadable_class_folder_is_ignored_and_the_rest_is_read(tmp_path: Path) -> None:
+def test_an_unreadable_class_folder_is_ignored_and_the_rest_is_read(
+    tmp_path: Path, file_permissions_apply: list[str]
+) -> None:
     touch(tmp_path / "cat/a.mp4")
     touch(tmp_path / "dog/b.mp4")
     (tmp_path / "dog").chmod(0o000)
     try:
-        read = read_folder_without_read_permission(tmp_path)
+        read = read_folder_without_read_permission(tmp_path, file_permissions_apply)
     finally:
         (tmp_path / "dog").chmod(0o755)
     assert read == {

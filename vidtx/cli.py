@@ -16,6 +16,7 @@ import typer
 
 from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
 from vidtx.env import apply_defaults
+from vidtx.files import one_line
 from vidtx.log import setup_logging
 from vidtx.processes import TerminatedError
 
@@ -233,15 +234,15 @@ def plan(
 
 
 def main() -> None:
-    # Bad input ends in one line (exit 2: config, 1: the rest; --verbose keeps the traceback);
-    # SIGTERM in one line and 143 (128 + 15, as a shell reports it).
+    # Bad input and unwritable files end in one line (exit 2: config, 1: the rest; --verbose keeps the
+    # traceback); SIGTERM in one line and 143 (128 + 15, as a shell reports it).
     try:
         app()
     except TerminatedError as err:
         typer.echo(f"{err}; run the same command again to resume", err=True)
         sys.exit(143)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
+    except (ConfigError, ValueError, OSError) as err:
         if logging.getLogger().level <= logging.DEBUG:
             raise
-        typer.echo(f"error: {err}", err=True)
+        typer.echo(f"error: {one_line(err) if isinstance(err, OSError) else err}", err=True)
         sys.exit(2 if isinstance(err, ConfigError) else 1)

@@ -4,6 +4,9 @@
 complete; loaders read shard names from it rather than globbing the folder. `content_hash` depends
 only on the data (shard digests, sample counts, class names), not on how the job ran (process
 count, paths), so training can record it as the dataset's identity.
+
+Split names become file names (`shard_name`, `manifest_path`, `rejects_path`), so they are checked
+there (`check_split`); file names and keys become JSON, so they are recorded with `recorded_name`.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
+
+from vidtx.files import write_text
 
 MANIFEST_SUFFIX = ".manifest.json"
+REJECTS_SUFFIX = ".rejects.jsonl"
 # A sample of the video store holds the video under its container's extension (mp4 after a re-encode);
 # one of the frames store holds the JPEG frames back to back under FRAMES_MEMBER, their byte offsets
 # in its json ("offsets", one per frame plus the end).
@@ -28,16 +34,35 @@ VIDEO_EXTENSIONS = (
     *(".ts", ".mpg", ".mpeg", ".3gp", ".flv", ".wmv", ".ogv"),
 )
 FRAMES_MEMBER = "frames"
+# A split names files of the shard folder, so it is a plain name: no '/', no leading '.' (nor '..'),
+# nothing that webdataset reads in a shard URL ('{a,b}' braces, '::'), no bytes that are not UTF-8.
+SPLIT_NAME = re.compile(r"\w[\w.-]{0,99}")
+
+
+def check_split(split: str) -> str:
+    """`split`, or ValueError when it cannot name files (`SPLIT_NAME`)."""
+    if not SPLIT_NAME.fullmatch(split):
+        raise ValueError(
+            f"split {split!r} cannot name files: a split name is letters, digits, '_', '-' and '.' "
+            "(not first), at most 100 characters"
+        )
+    return split
+
+
+def shard_name(split: str, index: int) -> str:
+    """`<split>-NNNNNN.tar`, the name of a split's tar in the shard folder."""
+    return f"{check_split(split)}-{index:06d}.tar"
 
 
 def recorded_name(text: str) -> str:
-    """Python keeps the bytes of a file name that are not UTF-8 as lone surrogates, which JSON cannot
-    hold; they become `\\xNN` escapes (`\\xffclip.mp4`), readable and unambiguous."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-# A file name or key as recorded in JSON (a manifest, a rejects list, a sample's json): any name on disk.
-RecordedName = Annotated[str, AfterValidator(recorded_name)]
+    """A file name or key as it is recorded in JSON (manifests, rejects, the samples' json), one to
+    one: Python keeps the bytes of a name that are not UTF-8 as lone surrogates, which JSON cannot
+    hold; they become `\\xNN` escapes (`\\xffclip.mp4`), and a backslash of the name itself is doubled,
+    so that a name spelling `x\\xe9` reads `x\\\\xe9` and never as the byte 0xE9. Reading `\\\\` as a
+    backslash and `\\xNN` as the byte NN gives the name back. Applied once, where a name of the file
+    system is recorded (the plan, the ignored list): a recorded name is never recorded again."""
+    escaped = text.replace("\\", "\\\\")
+    return escaped.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class ShardInfo(BaseModel):
@@ -56,8 +81,8 @@ class Reject(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    key: RecordedName  # the video's key in the source dataset (not a tar sample key)
-    path: RecordedName  # source path, relative to the dataset root when possible
+    key: str  # the video's key in the source dataset (not a tar sample key), as `recorded_name` records it
+    path: str  # source path, relative to the dataset root when possible (`recorded_name`)
     label: int  # label id; -1 when the annotation names no known class
     reason: str  # "<kind>: <detail>" or "<kind> (<detail>)"; see `reason_kind`
 
@@ -112,9 +137,7 @@ class Manifest(BaseModel):
         return [str(Path(folder) / shard.name) for shard in self.shards]
 
     def save(self, folder: Path) -> Path:
-        path = manifest_path(folder, self.split)
-        path.write_text(self.model_dump_json(indent=2) + "\n")
-        return path
+        return write_text(manifest_path(folder, self.split), self.model_dump_json(indent=2) + "\n")
 
 
 def file_sha256(path: Path) -> str:
@@ -145,7 +168,11 @@ def content_hash(shards: list[ShardInfo], class_names: list[str]) -> str:
 
 
 def manifest_path(shards_dir: Path, split: str) -> Path:
-    return Path(shards_dir) / f"{split}{MANIFEST_SUFFIX}"
+    return Path(shards_dir) / f"{check_split(split)}{MANIFEST_SUFFIX}"
+
+
+def rejects_path(shards_dir: Path, split: str) -> Path:
+    return Path(shards_dir) / f"{check_split(split)}{REJECTS_SUFFIX}"
 
 
 def load_manifest(shards_dir: Path, split: str) -> Manifest:

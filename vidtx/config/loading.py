@@ -3,6 +3,11 @@
 A file may `include:` other files (paths relative to itself), which are deep-merged first, so
 `configs/model/*.yaml` and `configs/deepspeed/*.yaml` are fragments that experiments compose. Every
 error names the file (or the `--set` override) and the dotted field.
+
+Configs come from users and from Prefect forms, so YAML is read with the safe loader only, and aliases
+may repeat at most `ALIAS_EXPANSION_LIMIT` values: PyYAML shares an aliased value, but every copy,
+merge and validation expands it, and nine nested aliases of nine lists (600 bytes) are 400 million
+values ("billion laughs").
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from pydantic import BaseModel, ValidationError
 from vidtx.config.base import ConfigError
 from vidtx.config.schema import PipelineConfig
 
+ALIAS_EXPANSION_LIMIT = 10_000  # values that aliases may add; a whole config writes out a few hundred
+
 
 def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     """Recursively merge `update` into a copy of `base` (mappings merge, everything else replaces)."""
@@ -30,13 +37,49 @@ def deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
+def _safe_load(text: str, origin: str) -> Any:
+    """`yaml.safe_load(text)`, refusing (ConfigError naming `origin`) aliases that would expand the
+    document by more than ALIAS_EXPANSION_LIMIT values, or that contain themselves."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes: dict[int, int] = {}
+        if _expanded_size(node, sizes, set(), origin) - len(sizes) > ALIAS_EXPANSION_LIMIT:
+            raise ConfigError(
+                f"{origin}: YAML aliases repeat more than {ALIAS_EXPANSION_LIMIT} values "
+                "(an alias bomb?); write the values out or use include:"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int], origin: str) -> int:
+    """The values under `node` with every alias expanded (a node reached again counts again); `sizes`
+    keeps each distinct node's, so shared nodes are counted without being walked again."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:
+        raise ConfigError(f"{origin}: a YAML alias refers to a value that contains it (a cycle)")
+    open_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        children = [child for pair in node.value for child in pair]
+    else:
+        children = node.value if isinstance(node, yaml.SequenceNode) else []
+    sizes[id(node)] = 1 + sum(_expanded_size(child, sizes, open_nodes, origin) for child in children)
+    open_nodes.discard(id(node))
+    return sizes[id(node)]
+
+
 def _read_yaml(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Read a YAML mapping, resolving its `include:` list first (paths relative to the file)."""
     path = path.resolve()
     if path in seen:
         raise ConfigError(f"{path}: include cycle through {' -> '.join(map(str, seen))}")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = _safe_load(path.read_text(encoding="utf-8"), str(path)) or {}
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config ({err.strerror})") from err
     except UnicodeDecodeError as err:
@@ -79,7 +122,7 @@ def parse_override(override: str) -> tuple[list[str], Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set {override}: expected KEY=VALUE, e.g. train.optimizer.lr=0.05")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
+        value = _safe_load(text, f"--set {override}") if text.strip() else None
     except yaml.YAMLError:
         value = text
     return key.strip().split("."), value

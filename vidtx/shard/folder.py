@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from vidtx.manifest import VIDEO_EXTENSIONS
-from vidtx.shard.records import Ignored, Row, Source, labelled, normalise_split, unique_keys
+from vidtx.shard.records import (
+    Ignored,
+    Row,
+    Source,
+    labelled,
+    normalise_split,
+    split_name,
+    unique_keys,
+)
 
 KNOWN_SPLITS = frozenset({"train", "training", "val", "valid", "validation", "dev", "test", "testing"})
 
@@ -127,7 +135,7 @@ def read_folder(root: Path, classes: Sequence[str] | None = None) -> Source:
             key,
             file.path,
             file.parts[-2],
-            normalise_split(file.parts[0]) if split_layout else "train",
+            split_name(file.parts[0], str(root / file.parts[0])) if split_layout else "train",
             _PROBLEMS.get(file.kind),
         )
         for file, key in zip(listed, keys, strict=True)

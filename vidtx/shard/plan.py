@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from vidtx.config import ConfigError, ShardConfig
-from vidtx.manifest import RecordedName
+from vidtx.manifest import recorded_name, shard_name
 from vidtx.shard.records import normalise_split, relative_to_root
 from vidtx.shard.sources import Source, VideoRecord, read_source
 
@@ -29,9 +29,9 @@ class ShardItem(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     key: str  # sample key inside the tar
-    source_key: RecordedName  # the video's key in the source dataset (recorded in the sample's json)
+    source_key: str  # the video's key in the source dataset, recorded (`recorded_name`) in the sample's json
     path: str  # where to read the video
-    source: RecordedName  # path as recorded in the sample's json (relative to the dataset root when possible)
+    source: str  # the path recorded in the sample's json (relative to the dataset root when possible)
     label: int  # label id (index into ShardSpec.class_names)
     problem: str | None = None  # an annotation problem: the item is a reject without being read
 
@@ -47,11 +47,11 @@ class ShardSpec(BaseModel):
     split: str
     index: int  # shard number within the split: the NNNNNN of the tar name
     items: tuple[ShardItem, ...]  # in tar order
-    class_names: tuple[RecordedName, ...]  # the source's label map: index = label id
+    class_names: tuple[str, ...]  # the source's label map, recorded: index = label id
 
     @property
     def name(self) -> str:
-        return f"{self.split}-{self.index:06d}.tar"
+        return shard_name(self.split, self.index)
 
     def fingerprint(self, cfg: ShardConfig) -> str:
         """Changes whenever the bytes of the shard could: its plan or the per-video processing."""
@@ -82,6 +82,7 @@ def plan_shards(cfg: ShardConfig, source: Source | None = None) -> list[ShardSpe
     if unknown:
         raise ValueError(f"{cfg.source}: no videos in split(s) {sorted(unknown)}; found {source.splits}")
     specs = []
+    class_names = tuple(map(recorded_name, source.class_names))
     for split in splits:
         records = sorted(source.split_records(split), key=lambda record: record.key)
         random.Random(f"{cfg.seed}/{split}").shuffle(records)
@@ -89,17 +90,15 @@ def plan_shards(cfg: ShardConfig, source: Source | None = None) -> list[ShardSpe
             items = tuple(
                 ShardItem(
                     key=f"{index:06d}{position:06d}",
-                    source_key=record.key,
+                    source_key=recorded_name(record.key),
                     path=str(record.path),
-                    source=relative_to_root(record.path, source.root),
+                    source=recorded_name(relative_to_root(record.path, source.root)),
                     label=record.label,
                     problem=record.problem,
                 )
                 for position, record in enumerate(group)
             )
-            specs.append(
-                ShardSpec(split=split, index=index, items=items, class_names=tuple(source.class_names))
-            )
+            specs.append(ShardSpec(split=split, index=index, items=items, class_names=class_names))
     return specs
 
 

@@ -1,6 +1,13 @@
 """The records every dataset format is read into, and the rules they share: labelling, unique keys,
 split names, and paths that must stay inside the video root.
 
+A split name becomes file names (`<split>-NNNNNN.tar`, `<split>.manifest.json`): one that cannot
+(`../../x`, `a/b`, `{a,b}`) fails the job with `AnnotationError` naming the row or folder, before
+anything is written. It is not a row reject: such a row has no split whose rejects could list it,
+and the value is usually the same in many rows (a path in the split column), which rejects would
+hide as a split that silently went missing. (Hugging Face `datasets` refuses such split names too,
+where a split becomes a file name.)
+
 A bad row keeps its place as a record with a `problem` (reported as a reject when sharding); a file
 that is not a video of the dataset is an `Ignored` entry with its reason. Nothing is dropped silently.
 """
@@ -12,6 +19,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
+
+from vidtx.manifest import check_split
+from vidtx.shard.annotations import AnnotationError
 
 UNLABELLED = -1  # the label of a record whose row names no known class
 
@@ -67,6 +77,15 @@ class Row:
 def normalise_split(name: str) -> str:
     """'Train ' and 'train' are one split."""
     return name.strip().lower()
+
+
+def split_name(written: str, where: str) -> str:
+    """The split a row (or split folder) at `where` names, normalised; AnnotationError when it cannot
+    name files."""
+    try:
+        return check_split(normalise_split(written))
+    except ValueError as err:
+        raise AnnotationError(f"{where}: {err}") from None
 
 
 def inside_root(written: str, video_root: Path) -> PurePosixPath | None:

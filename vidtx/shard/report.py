@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from vidtx.files import write_text
 from vidtx.manifest import Manifest, recorded_name
 from vidtx.shard.records import Source, relative_to_root
 
@@ -30,7 +31,7 @@ def write_ignored(output: Path, source: Source) -> Path:
         {"path": recorded_name(relative_to_root(item.path, source.root)), "reason": item.reason}
         for item in source.ignored
     ]
-    path.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
+    write_text(path, "".join(json.dumps(entry) + "\n" for entry in entries))
     if entries:
         log.warning(
             "%d file(s) under %s ignored (not videos of the dataset): see %s", len(entries), source.root, path

@@ -13,7 +13,8 @@ Formats (`DatasetFormat`):
 * csv: a generic CSV with a header holding `path` and `label` (and optionally `split`, default
   "train"); paths are relative to the video root, and must stay inside it.
 
-Split names are normalised ("Train " is "train"). Paths from annotations that lead outside the video
+Split names are normalised ("Train " is "train"); one that cannot name files ("../x", "a/b") is an
+`AnnotationError` naming the row (see `records.py`). Paths from annotations that lead outside the video
 root ("../x", "/elsewhere/x", an SSv2 id "../../x") are row rejects. A dataset with no video and no
 row at all is an error (`NothingToShardError`). A Kinetics folder's CSV without a label column (a
 test split) is skipped with a warning and listed in `Source.ignored`.
@@ -51,8 +52,8 @@ from vidtx.shard.records import (
     VideoRecord,
     inside_root,
     labelled,
-    normalise_split,
     outside_root_problem,
+    split_name,
     unique_keys,
 )
 
@@ -77,7 +78,7 @@ def _index_videos(root: Path) -> dict[str, Path]:
 def read_csv(path: Path, video_root: Path, classes: Sequence[str] | None = None) -> Source:
     parsed = []  # (where, fields, split, path relative to the video root, problem)
     for where, fields, problem in read_csv_rows(path, {"path", "label"}):
-        split = normalise_split(fields.get("split") or "train")
+        split = split_name(fields.get("split") or "train", str(path.with_name(where)))
         problem = problem or empty_field_problem(fields, ("path", "label"), where)
         relative = inside_root(fields["path"], video_root) if problem is None else None
         if problem is None and relative is None:
@@ -117,7 +118,7 @@ def _kinetics_row(
     video_root: Path,
 ) -> Row:
     """The row of the video `<youtube_id>_<start:06d>_<end:06d>` (found by that stem or by the id)."""
-    split = normalise_split(fields["split"] or "train")
+    split = split_name(fields["split"] or "train", str(file.with_name(where)))
     problem = problem or empty_field_problem(fields, KINETICS_COLUMNS[1:], where)
     times = _kinetics_times(fields, where) if problem is None else problem
     if isinstance(times, str):

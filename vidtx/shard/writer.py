@@ -23,7 +23,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import tarfile
 from collections import Counter
 from functools import partial
@@ -34,6 +33,7 @@ import webdataset as wds
 from pydantic import BaseModel, Field
 
 from vidtx.config import ShardConfig
+from vidtx.files import replaced, temporary_path, write_text
 from vidtx.log import setup_logging, track
 from vidtx.manifest import (
     Manifest,
@@ -43,6 +43,7 @@ from vidtx.manifest import (
     file_sha256,
     manifest_path,
     reason_counts,
+    rejects_path,
 )
 from vidtx.processes import forkserver_context, sigterm_raises
 from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards, read_dataset
@@ -162,10 +163,11 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
     cfg.output.mkdir(parents=True, exist_ok=True)
     # The split's manifest no longer describes the tars once one is rewritten.
     manifest_path(cfg.output, spec.split).unlink(missing_ok=True)
-    tar, temporary = cfg.output / spec.name, cfg.output / f"{spec.name}.tmp"
+    tar = cfg.output / spec.name
     counts: Counter[str] = Counter()
     rejects = []
     with (
+        replaced(tar) as temporary,  # removed when writing fails: the tar is complete or absent
         VideoPreparer(cfg.probe_timeout_s) as preparer,
         wds.TarWriter(
             str(temporary), user="vidtx", group="vidtx", mode=0o444, mtime=0, encoder=False
@@ -186,17 +188,14 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
         name=spec.name,
         split=spec.split,
         samples=sum(counts.values()),
-        bytes=temporary.stat().st_size,
-        sha256=file_sha256(temporary),
+        bytes=tar.stat().st_size,
+        sha256=file_sha256(tar),
         counts_per_class=dict(sorted(counts.items())),
         rejects=rejects,
         class_names=list(spec.class_names),
         fingerprint=fingerprint,
     )
-    os.replace(temporary, tar)
-    stats = _stats_path(cfg, spec)
-    stats.with_suffix(".tmp").write_text(result.model_dump_json(indent=2))
-    os.replace(stats.with_suffix(".tmp"), stats)
+    write_text(_stats_path(cfg, spec), result.model_dump_json(indent=2))
     log.info(
         "%s: %d samples, %d rejected, %.1f MB", spec.name, result.samples, len(rejects), result.bytes / 1e6
     )
@@ -210,14 +209,13 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
         raise ValueError(f"{split}: no shard results to finalize")
     class_names = results[0].class_names
     rejects = [reject for result in results for reject in result.rejects]
-    with (cfg.output / f"{split}.rejects.jsonl").open("w") as file:
-        file.writelines(reject.model_dump_json() + "\n" for reject in rejects)
+    write_text(rejects_path(cfg.output, split), "".join(r.model_dump_json() + "\n" for r in rejects))
     planned = sum(r.samples for r in results) + len(rejects)
     if planned and len(rejects) / planned > cfg.max_reject_fraction:
         reasons = ", ".join(f"{count} x {reason}" for reason, count in reason_counts(rejects))
         raise ShardingError(
             f"{split}: {len(rejects)} of {planned} videos rejected (> max_reject_fraction "
-            f"{cfg.max_reject_fraction}): {reasons}; see {cfg.output / f'{split}.rejects.jsonl'}"
+            f"{cfg.max_reject_fraction}): {reasons}; see {rejects_path(cfg.output, split)}"
         )
     counts = Counter(dict.fromkeys(class_names, 0))
     for result in results:
@@ -256,19 +254,30 @@ def plan_dataset(cfg: ShardConfig) -> list[ShardSpec]:
     return specs
 
 
-def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
-    """Plan, write every shard with `cfg.processes` processes, and finalize every split. SIGTERM
-    stops it as `vidtx.processes.TerminatedError` with every child stopped; a re-run resumes."""
-    specs = plan_dataset(cfg)
+def _write_shards(specs: list[ShardSpec], cfg: ShardConfig) -> list[ShardResult]:
     write = partial(write_shard, cfg=cfg)
     with sigterm_raises():
         if cfg.processes == 1:
-            results = [write(spec) for spec in track(specs, "shards", total=len(specs))]
-        else:
-            # forkserver: workers start clean (no decoder or thread state inherited). A Pool rather
-            # than a ProcessPoolExecutor: leaving the block (on `TerminatedError` too) terminates the
-            # workers at once instead of waiting for their shards.
-            with forkserver_context(__name__).Pool(cfg.processes, _start_worker) as pool:
-                results = list(track(pool.imap_unordered(write, specs), "shards", total=len(specs)))
+            return [write(spec) for spec in track(specs, "shards", total=len(specs))]
+        # forkserver: workers start clean (no decoder or thread state inherited). A Pool rather than a
+        # ProcessPoolExecutor: leaving the block (on `TerminatedError` too) terminates the workers at
+        # once instead of waiting for their shards.
+        with forkserver_context(__name__).Pool(cfg.processes, _start_worker) as pool:
+            return list(track(pool.imap_unordered(write, specs), "shards", total=len(specs)))
+
+
+def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
+    """Plan, write every shard with `cfg.processes` processes, and finalize every split. SIGTERM
+    stops it as `vidtx.processes.TerminatedError` with every child stopped; a re-run resumes. A
+    failure (an OSError: a full disk) leaves no temporary file."""
+    specs = plan_dataset(cfg)
+    try:
+        results = _write_shards(specs, cfg)
+    except BaseException:
+        # A worker removes its own on an error, but workers terminated with the pool cannot.
+        for spec in specs:
+            for path in (cfg.output / spec.name, _stats_path(cfg, spec)):
+                temporary_path(path).unlink(missing_ok=True)
+        raise
     splits = dict.fromkeys(spec.split for spec in specs)
     return {split: finalize_split(cfg, split, results) for split in splits}
