@@ -13,8 +13,9 @@ import torch
 import webdataset as wds
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import build_eval_loader, build_train_loader, epoch_shards
+from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.data.sampling import FrameSampler
+from vidtx.data.shares import epoch_shards
 from vidtx.manifest import Manifest, ShardInfo, content_hash
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,10 +20,14 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from media import cut_in_video
 from mlflow import MlflowClient
+from ray.train import TrainingFailedError
 
 from vidtx.config import PipelineConfig, dump_config
+from vidtx.data.shares import epoch_shards
 from vidtx.eval.evaluate import predict_split
+from vidtx.manifest import load_manifest
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
@@ -99,6 +104,24 @@ def test_zero_stages_and_precisions_run(
         )
         loss = torch.nn.functional.cross_entropy(outputs.logits[:, 0], outputs.labels).item()
         assert loss == pytest.approx(result.metrics["val_loss"], rel=1e-4)
+
+
+@pytest.mark.timeout(300, method="thread")  # it used to wait forever (in ray.get: no signal ends it)
+def test_a_rank_whose_shards_yield_no_sample_fails_the_run_naming_them(
+    tiny_dataset: PipelineConfig, tmp_path: Path
+) -> None:
+    """Issue 27 case 4: rank 1's shards of the first epoch are cut in their first video."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=2, checkpoint_every=2, precision="fp32")
+    config.data.shards = tmp_path / "shards"
+    shutil.copytree(tiny_dataset.data.shards, config.data.shards)
+    urls = load_manifest(config.data.shards, "train").shard_urls()
+    cut = epoch_shards(urls, config.train.seed, 0, 1, 2)
+    for url in cut:
+        cut_in_video(Path(url), 0)
+    names = ", ".join(Path(url).name for url in cut)
+    message = f"rank 1: not one sample could be read from its shards {names} in {config.data.shards} "
+    with pytest.raises(TrainingFailedError, match=re.escape(message)):
+        train(config, run_name="unreadable")
 
 
 def test_restarted_run_continues_from_its_checkpoint(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
