@@ -24,10 +24,12 @@ from media import cut_in_video
 from mlflow import MlflowClient
 from ray.train import TrainingFailedError
 
-from vidtx.config import PipelineConfig, dump_config
+from vidtx.config import PipelineConfig, ShardConfig, dump_config
 from vidtx.data.shares import epoch_shards
 from vidtx.eval.evaluate import predict_split
+from vidtx.eval.metrics import top_k_correct
 from vidtx.manifest import load_manifest
+from vidtx.shard.writer import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
@@ -104,6 +106,35 @@ def test_zero_stages_and_precisions_run(
         )
         loss = torch.nn.functional.cross_entropy(outputs.logits[:, 0], outputs.labels).item()
         assert loss == pytest.approx(result.metrics["val_loss"], rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def one_val_shard(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The synthetic videos sharded at the default shard size: each split one shard (val: 12 samples)."""
+    videos, _ = synthetic_shards
+    output = tmp_path_factory.mktemp("one-val-shard") / "shards"
+    shard_dataset(ShardConfig(source=videos / "annotations.csv", output=output, processes=1))
+    assert len(load_manifest(output, "val").shards) == 1
+    return output
+
+
+def test_two_ranks_validate_a_one_shard_split_as_one_rank_would(
+    tiny_dataset: PipelineConfig, one_val_shard: Path, tmp_path: Path
+) -> None:
+    """Issue 27 case 8: rank 1 had no val shard and the first validation crashed the run
+    (`split_by_worker() missing 1 required positional argument: 'src'`). Now the ranks share the
+    shard's samples and the logged figures are a one-process pass's over the same weights."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=1, checkpoint_every=1, precision="fp32")
+    config.data.shards = one_val_shard
+    result = train(config, run_name="one-val-shard")
+    logged = {name: history(result, f"val/{name}")[1] for name in ("top1", "loss", "clips")}
+    model = load_trained_model(config, result.checkpoint)
+    outputs = predict_split(model, config.data, "val", num_clips=1, num_crops=1, batch_size=4)
+    logits = outputs.logits[:, 0]  # (12, 4): the centre view, as validation uses
+    assert logged["clips"] == len(outputs.keys) == 12
+    assert logged["top1"] == top_k_correct(logits, outputs.labels)[0] / 12
+    loss = torch.nn.functional.cross_entropy(logits, outputs.labels).item()
+    assert logged["loss"] == pytest.approx(loss, rel=1e-5)
 
 
 @pytest.mark.timeout(300, method="thread")  # it used to wait forever (in ray.get: no signal ends it)

@@ -12,9 +12,9 @@ batches, so ranks stay in lock-step for collectives however the shards' sizes di
 them that yields no sample at all is an error naming them. Iterating a train loader again continues
 with the next epoch; a loader built with `epoch=e` replays epoch e exactly (resume).
 
-Evaluation: the manifest's shards in order, split by rank (`webdataset.split_by_node`) and by
-DataLoader worker, not resampled, so all ranks together see every sample once (shard-level
-splitting: a rank with no shard gets no batch).
+Evaluation: the manifest's shards in order, split by rank (whole shards, and the ones left over by
+sample: `vidtx.data.shares`) and by DataLoader worker, not resampled, so all ranks together see every
+sample once and each rank of a split with at least as many samples as ranks has a share.
 
 Clips leave the loader as uint8 in the decoders' layout (T, H, W, C) (pinned when CUDA is there);
 `vidtx.data.transforms.normalize_clips` makes them the model's float (B, C, T, H, W) on the device.
@@ -44,8 +44,7 @@ import webdataset as wds
 
 from vidtx.config import DataConfig
 from vidtx.data.sampling import FrameSampler
-from vidtx.data.shares import CycledSamples, epoch_shards
-from vidtx.data.tar_reader import tar_samples
+from vidtx.data.shares import CycledSamples, EvalSamples, epoch_shards
 from vidtx.data.transforms import EvalTransform, TrainTransform
 from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
 from vidtx.media.decode import Video, VideoDecodeError, open_video, scaled_size
@@ -232,13 +231,12 @@ def build_eval_loader(
     """Evaluation batches (views uint8 (B, V, T, H, W, C) with V = clips x crops, labels (B,), source
     keys); `rank`/`world_size` default to RANK / WORLD_SIZE or the torch.distributed group."""
     urls = load_manifest(cfg.shards, split).shard_urls()
-    # Split by node here, in the evaluating process: DataLoader workers see no torch.distributed group
-    # (and, under forkserver, only the environment the server started with).
-    urls = list(wds.split_by_node(urls)) if rank is None or world_size is None else urls[rank::world_size]
+    if rank is None or world_size is None:
+        # Resolved here, in the evaluating process: DataLoader workers see no torch.distributed group
+        # (and, under forkserver, only the environment the server started with).
+        rank, world_size, _, _ = wds.utils.pytorch_worker_info()
     dataset = wds.DataPipeline(
-        wds.SimpleShardList(urls) if urls else [],  # a rank without shards yields no batch
-        wds.split_by_worker,
-        partial(tar_samples, handler=log_and_continue),
+        EvalSamples(urls, rank, world_size, log_and_continue),
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )

@@ -1,13 +1,19 @@
-"""Which samples each rank, and each DataLoader worker of a rank, reads in training.
+"""Which samples each rank, and each DataLoader worker of a rank, reads.
 
 Training: each epoch the shards are dealt out to the ranks from a seeded permutation that every rank
 draws alike (`epoch_shards`), and each rank reads its own pass after pass (`CycledSamples`) for as
 many batches as the epoch has. A pass that yields no sample at all is an error naming the shards:
 the next pass would read the same bytes, so the loader would wait for a batch forever.
+
+Evaluation: every sample of the split exactly once over all ranks (`EvalSamples`). Whole shards are
+dealt round-robin while each rank gets one; the shards left over (fewer than the ranks, e.g. the one
+shard of a small split) are shared by sample, so that every rank has a share of a split with at least
+as many samples as ranks (validation's all-reduce needs every rank anyway: an idle one would wait).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,3 +67,22 @@ class CycledSamples(torch.utils.data.IterableDataset):
                     f"{Path(mine[0]).parent} (damaged: `vidtx inspect` checks them)"
                 )
             handler = _go_on
+
+
+class EvalSamples(torch.utils.data.IterableDataset):
+    """This rank's samples of an evaluation split, in order: the whole shards `urls[rank:whole:world_size]`
+    (`whole`: the largest multiple of `world_size` shards), then sample i of the shards left over, read
+    as one stream, for every i % world_size == rank. DataLoader workers split these parts between them."""
+
+    def __init__(self, urls: list[str], rank: int, world_size: int, handler: Handler) -> None:
+        whole = len(urls) - len(urls) % world_size
+        self.parts = [([url], 0, 1) for url in urls[rank:whole:world_size]]  # (shards, first, step)
+        if whole < len(urls):
+            self.parts.append((urls[whole:], rank, world_size))
+        self.handler = handler
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        _, _, worker, num_workers = wds.utils.pytorch_worker_info()
+        for urls, first, step in self.parts[worker::num_workers]:
+            samples = tar_samples([{"url": url} for url in urls], self.handler)
+            yield from itertools.islice(samples, first, None, step)
