@@ -1,5 +1,6 @@
 """Media files for tests: real video bytes written with PyAV (H.264 MP4, VP9 WebM, H.264 MKV, MPEG-4 AVI,
-AAC-only MP4, variable frame rate), still images, and broken variants made with plain byte operations.
+AAC-only MP4, variable frame rate), still images, and broken variants made with plain byte operations
+(of the files, and of shards: a tar cut in a video).
 
 Imported as `from media import ...`: tests/ has no __init__.py, so pytest (default "prepend" import
 mode) puts tests/ on sys.path when it loads tests/conftest.py.
@@ -7,6 +8,7 @@ mode) puts tests/ on sys.path when it loads tests/conftest.py.
 
 import functools
 import io
+import tarfile
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -119,6 +121,13 @@ def corrupted(data: bytes) -> bytes:
 def truncated(data: bytes) -> bytes:
     """The file cut in the middle."""
     return data[: len(data) // 2]
+
+
+def cut_in_video(tar: Path, sample: int) -> None:
+    """A shard truncated in the middle of the video of its `sample`-th sample (counted from 0)."""
+    with tarfile.open(tar) as archive:
+        video = [m for m in archive.getmembers() if m.name.endswith(".mp4")][sample]
+    tar.write_bytes(tar.read_bytes()[: video.offset_data + video.size // 2])
 
 
 # --- every kind of bad and odd video, and a dataset of them ---------------------------------------

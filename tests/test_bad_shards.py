@@ -9,17 +9,17 @@ import json
 import logging
 import shutil
 import subprocess
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import webdataset as wds
-from media import SHARDED, case_bytes, good
+from media import SHARDED, case_bytes, cut_in_video, good
 
 from vidtx.config import DataConfig
 from vidtx.data.loader import build_eval_loader, build_train_loader
-from vidtx.manifest import Manifest, ShardInfo, content_hash
+from vidtx.data.shares import epoch_shards
+from vidtx.manifest import Manifest, ShardInfo, content_hash, load_manifest
 
 # --- the loaders: decode failures are skipped and logged, odd videos decode and crop ----------------
 
@@ -126,10 +126,7 @@ def damaged_shards(synthetic_shards: tuple[Path, Path], tmp_path: Path) -> Path:
     _, shards = synthetic_shards
     copy = tmp_path / "shards"
     shutil.copytree(shards, copy)
-    truncated = copy / "train-000001.tar"
-    with tarfile.open(truncated) as archive:
-        third = [m for m in archive.getmembers() if m.name.endswith(".mp4")][2]
-    truncated.write_bytes(truncated.read_bytes()[: third.offset_data + third.size // 2])
+    cut_in_video(copy / "train-000001.tar", 2)
     flipped = copy / "train-000003.tar"
     data = bytearray(flipped.read_bytes())
     data[-1] ^= 0xFF  # after the end-of-archive block: the tar still reads
@@ -155,6 +152,30 @@ def test_loaders_read_what_is_left_of_a_truncated_tar_and_log_the_rest(
     unreadable = [m for m in messages if "unreadable shard data" in m]
     assert unreadable
     assert all("ReadError" in m and "train-000001.tar" in m for m in unreadable)
+
+
+@pytest.mark.timeout(60)  # it used to wait for a first batch forever
+def test_a_rank_whose_shards_yield_no_sample_fails_naming_them_with_one_warning(
+    damaged_shards: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27 case 4: with 5 ranks each reads one shard; the rank dealt train-000002.tar, cut in its
+    first video, has nothing to read (was: no batch in 60 s and 630k warning lines)."""
+    cut_in_video(damaged_shards / "train-000002.tar", 0)
+    urls = load_manifest(damaged_shards, "train").shard_urls()
+    (rank,) = [r for r in range(5) if epoch_shards(urls, 0, 0, r, 5) == [urls[2]]]
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", "5")
+    loader = build_train_loader(loader_config(damaged_shards), batch_size=4, seed=0)
+    message = (
+        f"rank {rank}: not one sample could be read from its shards train-000002.tar in {damaged_shards} "
+        "(damaged: `vidtx inspect` checks them)"
+    )
+    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"), pytest.raises(RuntimeError) as raised:
+        next(iter(loader))
+    assert str(raised.value) == message
+    unreadable = [r.getMessage() for r in caplog.records if "unreadable shard data" in r.getMessage()]
+    assert len(unreadable) == 1
+    assert "train-000002.tar" in unreadable[0]
 
 
 def test_a_train_loader_without_any_shard_file_fails_instead_of_waiting_forever(

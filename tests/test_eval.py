@@ -112,7 +112,7 @@ def test_evaluation_matches_a_per_video_loop(trained_run: tuple, tmp_path: Path)
         assert evaluation.by_ensemble[ensemble].top1 == pytest.approx(correct1 / len(reference))
         assert evaluation.by_ensemble[ensemble].top5 == pytest.approx(correct5 / len(reference))
 
-    # the same evaluation over 2 Ray workers (shards split between them) gives the same numbers
+    # the same evaluation over 2 Ray workers (the split shared between them) gives the same numbers
     config.eval.num_workers = 2
     distributed = evaluate(model, manifest, config.data, config.eval)
     assert distributed.num_videos == evaluation.num_videos

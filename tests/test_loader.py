@@ -13,8 +13,9 @@ import torch
 import webdataset as wds
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import build_eval_loader, build_train_loader, epoch_shards
+from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.data.sampling import FrameSampler
+from vidtx.data.shares import epoch_shards
 from vidtx.manifest import Manifest, ShardInfo, content_hash
 
 
@@ -120,11 +121,31 @@ def test_eval_loader_splits_by_rank_and_worker_and_sees_every_sample_once(
             loader = build_eval_loader(cfg, "train", batch_size=3, rank=rank, world_size=2)
         keys_per_rank.append([key for _, _, keys in loader for key in keys])
     rank0, rank1 = keys_per_rank
-    assert len(rank0) == 14  # shards 0, 2 and 4 of 5, 5, 5, 5 and 4 samples
-    assert len(rank1) == 10  # shards 1 and 3
+    assert len(rank0) == 12  # shards 0 and 2 of 5, 5, 5, 5 and 4 samples, and 2 of the 4 of shard 4
+    assert len(rank1) == 12  # shards 1 and 3, and the other 2 of shard 4
     assert len(set(rank0) | set(rank1)) == 24  # together: the whole split, once
-    assert len(set(rank0)) == len(rank0)  # the two DataLoader workers read disjoint shards
+    assert len(set(rank0)) == len(rank0)  # the two DataLoader workers read disjoint parts
     assert len(set(rank1)) == len(rank1)
+
+
+@pytest.mark.usefixtures("single_process")
+@pytest.mark.parametrize(("world_size", "shares"), [(2, [6, 6]), (3, [5, 5, 2]), (4, [3, 3, 3, 3])])
+def test_eval_ranks_all_have_a_share_even_with_fewer_shards_than_ranks(
+    synthetic_shards: tuple[Path, Path], world_size: int, shares: list[int]
+) -> None:
+    """The val split is 12 samples in shards of 5, 5 and 2; a rank without a shard used to crash
+    (`split_by_worker() missing 1 required positional argument: 'src'`, issue 27 case 8)."""
+    _, shards = synthetic_shards
+    cfg = data_config(shards)
+
+    def read_keys(**rank: int) -> list[str]:
+        return [key for _, _, batch in build_eval_loader(cfg, "val", batch_size=4, **rank) for key in batch]
+
+    one_rank = read_keys()
+    assert len(one_rank) == 12
+    keys_per_rank = [read_keys(rank=rank, world_size=world_size) for rank in range(world_size)]
+    assert [len(keys) for keys in keys_per_rank] == shares
+    assert sorted(key for keys in keys_per_rank for key in keys) == sorted(one_rank)  # each once
 
 
 @pytest.mark.usefixtures("single_process")

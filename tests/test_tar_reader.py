@@ -37,8 +37,9 @@ def test_a_cut_tar_gives_what_precedes_the_cut_and_reports_the_rest(tmp_path: Pa
     errors: list[Exception] = []
     urls = [{"url": str(tmp_path / "cut.tar")}, {"url": str(tmp_path / "shard.tar")}]
     samples = list(tar_samples(urls, handler=lambda err: errors.append(err) or True))
-    assert [sample["__key__"] for sample in samples] == ["a", "b", "c", "a", "b", "c"]
-    assert "mp4" not in samples[2]  # the cut one: its json only (the loaders skip it as undecodable)
-    assert samples[5]["mp4"] == b"x" * 5000
+    # c, cut in its video, is dropped: not passed on as its json alone
+    assert [sample["__key__"] for sample in samples] == ["a", "b", "a", "b", "c"]
+    assert samples[1]["json"] == b'{"n": 2}'
+    assert samples[4]["mp4"] == b"x" * 5000
     assert len(errors) == 1
     assert str(tmp_path / "cut.tar") in errors[0].args

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,11 +20,17 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from media import cut_in_video
 from mlflow import MlflowClient
+from ray.train import TrainingFailedError
 from sockets import exposed, listening_sockets, process_tree
 
-from vidtx.config import PipelineConfig, dump_config
+from vidtx.config import PipelineConfig, ShardConfig, dump_config
+from vidtx.data.shares import epoch_shards
 from vidtx.eval.evaluate import predict_split
+from vidtx.eval.metrics import top_k_correct
+from vidtx.manifest import load_manifest
+from vidtx.shard.writer import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
@@ -100,6 +107,53 @@ def test_zero_stages_and_precisions_run(
         )
         loss = torch.nn.functional.cross_entropy(outputs.logits[:, 0], outputs.labels).item()
         assert loss == pytest.approx(result.metrics["val_loss"], rel=1e-4)
+
+
+@pytest.fixture(scope="module")
+def one_val_shard(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The synthetic videos sharded at the default shard size: each split one shard (val: 12 samples)."""
+    videos, _ = synthetic_shards
+    output = tmp_path_factory.mktemp("one-val-shard") / "shards"
+    shard_dataset(ShardConfig(source=videos / "annotations.csv", output=output, processes=1))
+    assert len(load_manifest(output, "val").shards) == 1
+    return output
+
+
+def test_two_ranks_validate_a_one_shard_split_as_one_rank_would(
+    tiny_dataset: PipelineConfig, one_val_shard: Path, tmp_path: Path
+) -> None:
+    """Issue 27 case 8: rank 1 had no val shard and the first validation crashed the run
+    (`split_by_worker() missing 1 required positional argument: 'src'`). Now the ranks share the
+    shard's samples and the logged figures are a one-process pass's over the same weights."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=1, checkpoint_every=1, precision="fp32")
+    config.data.shards = one_val_shard
+    result = train(config, run_name="one-val-shard")
+    logged = {name: history(result, f"val/{name}")[1] for name in ("top1", "loss", "clips")}
+    model = load_trained_model(config, result.checkpoint)
+    outputs = predict_split(model, config.data, "val", num_clips=1, num_crops=1, batch_size=4)
+    logits = outputs.logits[:, 0]  # (12, 4): the centre view, as validation uses
+    assert logged["clips"] == len(outputs.keys) == 12
+    assert logged["top1"] == top_k_correct(logits, outputs.labels)[0] / 12
+    loss = torch.nn.functional.cross_entropy(logits, outputs.labels).item()
+    assert logged["loss"] == pytest.approx(loss, rel=1e-5)
+
+
+@pytest.mark.timeout(300, method="thread")  # it used to wait forever (in ray.get: no signal ends it)
+def test_a_rank_whose_shards_yield_no_sample_fails_the_run_naming_them(
+    tiny_dataset: PipelineConfig, tmp_path: Path
+) -> None:
+    """Issue 27 case 4: rank 1's shards of the first epoch are cut in their first video."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=2, checkpoint_every=2, precision="fp32")
+    config.data.shards = tmp_path / "shards"
+    shutil.copytree(tiny_dataset.data.shards, config.data.shards)
+    urls = load_manifest(config.data.shards, "train").shard_urls()
+    cut = epoch_shards(urls, config.train.seed, 0, 1, 2)
+    for url in cut:
+        cut_in_video(Path(url), 0)
+    names = ", ".join(Path(url).name for url in cut)
+    message = f"rank 1: not one sample could be read from its shards {names} in {config.data.shards} "
+    with pytest.raises(TrainingFailedError, match=re.escape(message)):
+        train(config, run_name="unreadable")
 
 
 def test_restarted_run_continues_from_its_checkpoint(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:

@@ -5,16 +5,16 @@ Training (one instance per Ray Train worker; RANK / WORLD_SIZE come from the env
     this rank's shards of the epoch (cycled, split by DataLoader worker) -> tar samples -> shuffle
     buffer -> decode once, sample k clips, augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
 
-Each epoch the shards are dealt out to the ranks from a seeded permutation that every rank draws
-alike (`epoch_shards`): the ranks' shard sets are disjoint and together are the whole split, on one
-node or many (with fewer shards than ranks every rank reads all of them). A rank cycles through its
-own shards for exactly `ceil(num_samples / world_size / batch_size)` batches, so ranks stay in
-lock-step for collectives however the shards' sizes differ. Iterating a train loader again continues
+Each epoch the shards are dealt out to the ranks (`vidtx.data.shares`: disjoint sets that together
+are the whole split, on one node or many; with fewer shards than ranks every rank reads all of
+them). A rank cycles through its own shards for exactly `ceil(num_samples / world_size / batch_size)`
+batches, so ranks stay in lock-step for collectives however the shards' sizes differ; a pass over
+them that yields no sample at all is an error naming them. Iterating a train loader again continues
 with the next epoch; a loader built with `epoch=e` replays epoch e exactly (resume).
 
-Evaluation: the manifest's shards in order, split by rank (`webdataset.split_by_node`) and by
-DataLoader worker, not resampled, so all ranks together see every sample once (shard-level
-splitting: a rank with no shard gets no batch).
+Evaluation: the manifest's shards in order, split by rank (whole shards, and the ones left over by
+sample: `vidtx.data.shares`) and by DataLoader worker, not resampled, so all ranks together see every
+sample once and each rank of a split with at least as many samples as ranks has a share.
 
 Clips leave the loader as uint8 in the decoders' layout (T, H, W, C) (pinned when CUDA is there);
 `vidtx.data.transforms.normalize_clips` makes them the model's float (B, C, T, H, W) on the device.
@@ -22,7 +22,8 @@ Both stores of `vidtx.manifest` are read: a video member decoded with decord (Py
 at the size the crop needs, or packed JPEG frames of which only the sampled ones are decoded.
 
 A sample that fails to decode is logged and skipped, and so is whatever part of a tar cannot be read
-(a truncated or missing shard): a damaged shard costs its unreadable samples, never the run.
+(a truncated or missing shard; in training logged on an epoch's first pass over it only): a damaged
+shard costs its unreadable samples, never the run, unless none of a rank's shards yields a sample.
 Decoders are created per sample inside the worker; workers start with `forkserver` so they inherit
 no decoder or thread state.
 """
@@ -43,7 +44,7 @@ import webdataset as wds
 
 from vidtx.config import DataConfig
 from vidtx.data.sampling import FrameSampler
-from vidtx.data.tar_reader import tar_samples
+from vidtx.data.shares import CycledSamples, EvalSamples, epoch_shards
 from vidtx.data.transforms import EvalTransform, TrainTransform
 from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
 from vidtx.media.decode import Video, VideoDecodeError, open_video, scaled_size
@@ -166,40 +167,14 @@ def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
 
 
 def _check_shards(manifest: Manifest, shards_dir: Path) -> None:
-    """Warn about damaged shards (what can be read of them is still used); fail when no shard file
-    exists at all, where resampling would wait forever for a first sample."""
+    """Warn about damaged shards (what can be read of them is still used); fail at once, naming the
+    folder, when no shard file exists at all."""
     for problem in damaged_shards(manifest, check_sha256=False):
         log.warning("split %s: damaged shard %s; its unreadable samples are skipped", manifest.split, problem)
     if not any(Path(url).is_file() for url in manifest.shard_urls()):
         raise FileNotFoundError(
             f"{shards_dir}: none of the {len(manifest.shards)} '{manifest.split}' shards exists"
         )
-
-
-def epoch_shards(urls: list[str], seed: int, epoch: int, rank: int, world_size: int) -> list[str]:
-    """This rank's shards in `epoch`: a permutation seeded by (seed, epoch), the same on every rank,
-    dealt round-robin, so the ranks' sets are disjoint and cover the split. Fewer shards than ranks:
-    every rank reads all of them (rather than a rank with nothing to train on)."""
-    if len(urls) < world_size:
-        return list(urls)
-    order = np.random.default_rng([seed, epoch]).permutation(len(urls))
-    return [urls[i] for i in order[rank::world_size]]
-
-
-class _CycledShards(torch.utils.data.IterableDataset):
-    """An endless stream of `{"url": ...}` over one rank's shards, split by DataLoader worker (a worker
-    left without one reads all of the rank's), reshuffled each pass."""
-
-    def __init__(self, urls: list[str], seed: int) -> None:
-        self.urls, self.seed = urls, seed
-
-    def __iter__(self) -> Iterator[dict[str, str]]:
-        _, _, worker, num_workers = wds.utils.pytorch_worker_info()
-        mine = self.urls[worker::num_workers] or self.urls
-        rng = np.random.default_rng([self.seed, worker])
-        while True:
-            for index in rng.permutation(len(mine)):
-                yield {"url": mine[index]}
 
 
 class TrainLoader:
@@ -226,9 +201,9 @@ class TrainLoader:
             epoch,
             ",".join(Path(url).name for url in shards),
         )
+        stream_seed = wds.utils.make_seed(self.seed, epoch, self.rank)
         dataset = wds.DataPipeline(
-            _CycledShards(shards, wds.utils.make_seed(self.seed, epoch, self.rank)),
-            partial(tar_samples, handler=log_and_continue),
+            CycledSamples(shards, stream_seed, self.rank, log_and_continue),
             wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
             partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
@@ -256,13 +231,12 @@ def build_eval_loader(
     """Evaluation batches (views uint8 (B, V, T, H, W, C) with V = clips x crops, labels (B,), source
     keys); `rank`/`world_size` default to RANK / WORLD_SIZE or the torch.distributed group."""
     urls = load_manifest(cfg.shards, split).shard_urls()
-    # Split by node here, in the evaluating process: DataLoader workers see no torch.distributed group
-    # (and, under forkserver, only the environment the server started with).
-    urls = list(wds.split_by_node(urls)) if rank is None or world_size is None else urls[rank::world_size]
+    if rank is None or world_size is None:
+        # Resolved here, in the evaluating process: DataLoader workers see no torch.distributed group
+        # (and, under forkserver, only the environment the server started with).
+        rank, world_size, _, _ = wds.utils.pytorch_worker_info()
     dataset = wds.DataPipeline(
-        wds.SimpleShardList(urls) if urls else [],  # a rank without shards yields no batch
-        wds.split_by_worker,
-        partial(tar_samples, handler=log_and_continue),
+        EvalSamples(urls, rank, world_size, log_and_continue),
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )

@@ -40,19 +40,32 @@ class MemberRange:
 
 
 def _members(url: str) -> Iterator[dict[str, Any]]:
-    """{"fname", "data", "__url__"} for each regular member of the tar at `url`, then {} (end of tar)."""
+    """{"fname", "data", "__url__"} for each regular member of the tar at `url`, then {} (end of tar).
+
+    A sample's members are held back until the next sample begins or the tar ends, so that a read
+    error drops the sample it cut short (it may miss members) rather than pass on a part of it."""
+    sample: list[dict[str, Any]] = []  # the members read so far of the sample being read
     with tarfile.open(url, "r:") as archive:
         for info in archive:
             if not info.isreg():
                 continue
+            if sample and _key(info.name) != _key(sample[0]["fname"]):
+                yield from sample
+                sample = []
             if info.name.partition(".")[2] == FRAMES_MEMBER:
                 data: bytes | MemberRange = MemberRange(url, info.offset_data, info.size)
             else:
                 data = archive.extractfile(info).read()  # type: ignore[union-attr]
                 if len(data) != info.size:
                     raise tarfile.ReadError(f"{info.name}: unexpected end of data")
-            yield {"fname": info.name, "data": data, "__url__": url}
+            sample.append({"fname": info.name, "data": data, "__url__": url})
+    yield from sample
     yield {}
+
+
+def _key(name: str) -> str:
+    """The sample a member belongs to, as `group_by_keys` groups them."""
+    return wds.tariterators.base_plus_ext(name)[0]
 
 
 def tar_members(
