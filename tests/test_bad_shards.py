@@ -18,7 +18,7 @@ from media import SHARDED, case_bytes, cut_in_video, good
 
 from vidtx.config import DataConfig
 from vidtx.data.loader import build_eval_loader, build_train_loader
-from vidtx.data.shares import epoch_shards
+from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.manifest import Manifest, ShardInfo, content_hash, load_manifest
 
 # --- the loaders: decode failures are skipped and logged, odd videos decode and crop ----------------
@@ -170,7 +170,10 @@ def test_a_rank_whose_shards_yield_no_sample_fails_naming_them_with_one_warning(
         f"rank {rank}: not one sample could be read from its shards train-000002.tar in {damaged_shards} "
         "(damaged: `vidtx inspect` checks them)"
     )
-    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"), pytest.raises(RuntimeError) as raised:
+    with (
+        caplog.at_level(logging.WARNING, logger="vidtx.data.loader"),
+        pytest.raises(UnreadableShardsError) as raised,
+    ):
         next(iter(loader))
     assert str(raised.value) == message
     unreadable = [r.getMessage() for r in caplog.records if "unreadable shard data" in r.getMessage()]

@@ -22,11 +22,10 @@ import pytest
 import torch
 from media import cut_in_video
 from mlflow import MlflowClient
-from ray.train import TrainingFailedError
 from sockets import exposed, listening_sockets, process_tree
 
 from vidtx.config import PipelineConfig, ShardConfig, dump_config
-from vidtx.data.shares import epoch_shards
+from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
 from vidtx.manifest import load_manifest
@@ -152,7 +151,7 @@ def test_a_rank_whose_shards_yield_no_sample_fails_the_run_naming_them(
         cut_in_video(Path(url), 0)
     names = ", ".join(Path(url).name for url in cut)
     message = f"rank 1: not one sample could be read from its shards {names} in {config.data.shards} "
-    with pytest.raises(TrainingFailedError, match=re.escape(message)):
+    with pytest.raises(UnreadableShardsError, match=re.escape(message)):  # one line for the CLI
         train(config, run_name="unreadable")
 
 

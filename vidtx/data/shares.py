@@ -27,6 +27,10 @@ from vidtx.data.tar_reader import tar_samples
 Handler = Callable[[Exception], bool]  # what a webdataset stage does with an error (True: go on)
 
 
+class UnreadableShardsError(ValueError):
+    """Not one sample of a rank's shards could be read: the data is damaged (one line for the CLI)."""
+
+
 def epoch_shards(urls: list[str], seed: int, epoch: int, rank: int, world_size: int) -> list[str]:
     """This rank's shards in `epoch`: a permutation seeded by (seed, epoch), the same on every rank,
     dealt round-robin, so the ranks' sets are disjoint and cover the split. Fewer shards than ranks:
@@ -62,7 +66,7 @@ class CycledSamples(torch.utils.data.IterableDataset):
             if not read:
                 who = f"rank {self.rank}" + (f", DataLoader worker {worker}" if num_workers > 1 else "")
                 names = ", ".join(Path(url).name for url in mine)
-                raise RuntimeError(
+                raise UnreadableShardsError(
                     f"{who}: not one sample could be read from its shards {names} in "
                     f"{Path(mine[0]).parent} (damaged: `vidtx inspect` checks them)"
                 )

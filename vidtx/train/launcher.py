@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import ray
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, WorkerGroupError
 from ray.train.torch import TorchTrainer
 
 from vidtx.config import PipelineConfig
+from vidtx.data.shares import UnreadableShardsError
 from vidtx.model_factory import check_model_config
 from vidtx.processes import TerminatedError, sigterm_raises
 from vidtx.ray_session import ray_session
@@ -101,7 +102,7 @@ def _train_on_ray(
                 run_name,
             )
             with follow_progress(client, run_id, train_cfg.max_steps, progress):
-                result = trainer.fit()
+                result = _fit(trainer)
     except BaseException as err:  # stopped from outside (SIGTERM, Ctrl-C, a Prefect cancellation): KILLED
         stopped = isinstance(err, TerminatedError) or not isinstance(err, Exception)
         client.set_terminated(run_id, status="KILLED" if stopped else "FAILED")
@@ -122,6 +123,21 @@ def _train_on_ray(
     )
     trained.save()  # for a submitter waiting on this run as a Ray Job
     return trained
+
+
+def _fit(trainer: TorchTrainer) -> ray.train.Result:
+    """`trainer.fit()`; damaged shards that a worker could not read are raised as that worker's
+    `UnreadableShardsError` (one line naming them), not as Ray's error with every traceback. Ray
+    keeps a worker's exception behind a wrapper carrying its traceback text (Ray 2.60: `_base_exc`
+    of `ray.train.v2` `UserExceptionWithTraceback`; `tests/test_train.py` notices a change)."""
+    try:
+        return trainer.fit()
+    except WorkerGroupError as err:
+        for failure in err.worker_failures.values():
+            cause = getattr(failure, "_base_exc", failure)
+            if isinstance(cause, UnreadableShardsError):
+                raise cause from err
+        raise
 
 
 def _build_trainer(payload: WorkerPayload, run_name: str, storage_path: str) -> TorchTrainer:
