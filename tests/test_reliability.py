@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow import MlflowClient
 from sockets import exposed, listening_sockets, process_tree
@@ -153,8 +154,14 @@ def test_the_socket_check_finds_sockets_open_to_the_network() -> None:
 
 @pytest.mark.slow
 def test_the_test_sessions_ray_listens_on_loopback_only(ray_instance: None) -> None:
-    """The processes below this one (not this one: other tests open their own sockets here)."""
-    listening = listening_sockets(process_tree(os.getpid()) - {os.getpid()})
+    """The session's Ray: what this process started from Ray's package (GCS, raylet, its Python
+    services) and everything below them (other tests' children are not Ray's)."""
+    rays = [
+        child
+        for child in psutil.Process().children()
+        if any("/ray/" in part for part in child.cmdline())  # .../site-packages/ray/core/src/ray/raylet
+    ]
+    listening = listening_sockets({pid for child in rays for pid in process_tree(child.pid)})
     assert {"gcs_server", "raylet"} <= {name for names in listening.values() for name in names}, listening
     assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
 
