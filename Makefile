@@ -7,8 +7,6 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 PYTEST_ARGS ?=
-# make test runs the suite in this many pytest-xdist processes (tests/conftest.py schedules them)
-TEST_WORKERS ?= 2
 
 # The services' environment defaults live in vidtx/env.py (every entry point applies them).
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
@@ -32,7 +30,7 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Opt-in browser test of `make ui` / `make ui-stop` (not run by .ci/run: it needs Debian's chromium).
 test-ui: install

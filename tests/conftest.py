@@ -5,30 +5,12 @@ from vidtx.env import apply_defaults
 apply_defaults()
 
 
-# --- scheduling under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) ---------------------
-
-import pytest  # noqa: E402
-
-# Fixtures that train, start a cluster or shard a dataset: the tests that use one run in one process,
-# so that it is built once (session fixtures are built once per xdist worker).
-BUILT_ONCE = ("trained_run", "cluster")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests first (stable otherwise): with two workers the long ones start early and the short
-    ones fill the gaps, so the suite ends soon after its longest test does."""
-    for item in items:
-        shared = next((name for name in BUILT_ONCE if name in getattr(item, "fixturenames", ())), None)
-        if shared is not None:
-            item.add_marker(pytest.mark.xdist_group(shared))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 # --- data: real MP4 files written with PyAV ------------------------------------------------------
 
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import pytest  # noqa: E402
 from media import pattern_frames  # noqa: E402
 
 
@@ -193,16 +175,3 @@ def trained_run(tiny_dataset: PipelineConfig, tmp_path_factory: pytest.TempPathF
     config.train.optimizer.lr = 0.003
     config.train.precision = "fp32"
     return config, train(config, run_name="trained")
-
-
-# --- orchestration: one temporary Prefect server for the session's flow tests --------------------
-
-
-@pytest.fixture(scope="session")
-def prefect_api() -> Iterator[None]:
-    """A temporary Prefect API (`prefect_test_harness`) shared by tests/test_flows.py and
-    tests/test_cluster.py instead of one server each (~15 s per start)."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=180):
-        yield
