@@ -30,13 +30,10 @@ def replaced(path: Path) -> Iterator[Path]:
     try:
         yield temporary
         os.replace(temporary, path)
-    except OSError as err:
+    except BaseException as err:
         temporary.unlink(missing_ok=True)
-        if err.errno is not None and err.filename in (None, str(temporary)):
+        if isinstance(err, OSError) and err.errno is not None and err.filename in (None, str(temporary)):
             raise OSError(err.errno, err.strerror, str(path)) from err  # OSError() picks the subclass
-        raise
-    except BaseException:
-        temporary.unlink(missing_ok=True)
         raise
 
 
