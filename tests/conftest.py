@@ -158,7 +158,9 @@ def tiny_config(synthetic_shards: tuple[Path, Path]) -> PipelineConfig:
 
 @pytest.fixture(scope="session")
 def trained_run(tiny_dataset: PipelineConfig, tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    """A tiny X-ViT trained for 60 steps by 2 Ray workers (ZeRO-1, fp32): (config, TrainResult)."""
+    """A tiny X-ViT trained for 150 steps by 2 Ray workers (ZeRO-2, bf16, every step logged):
+    (config, TrainResult). One run for the session: `test_train.py` checks that its loss went down,
+    evaluation, registry and frames-store tests use its checkpoint."""
     from vidtx.train.launcher import train
 
     workdir = tmp_path_factory.mktemp("trained")
@@ -167,11 +169,25 @@ def trained_run(tiny_dataset: PipelineConfig, tmp_path_factory: pytest.TempPathF
     config.train = config.train.model_copy(
         update={
             "storage_path": str(workdir / "ray"),
-            "max_steps": 60,
-            "checkpoint_every": 60,
-            "log_every": 10,
+            "zero_stage": 2,
+            "precision": "bf16",
+            "max_steps": 150,  # at 100 steps of 4 clips, a 1-level change of input pixels moved the end by 0.3
+            "checkpoint_every": 150,
+            "log_every": 1,
         }
     )
     config.train.optimizer.lr = 0.003
-    config.train.precision = "fp32"
-    return config, train(config, run_name="trained")
+    return config, train(config, run_name="loss-down")
+
+
+# --- orchestration: one temporary Prefect server for the session's flow tests --------------------
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    """A temporary Prefect API (`prefect_test_harness`) shared by tests/test_flows.py and
+    tests/test_cluster.py instead of one server each (~15 s per start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield

@@ -99,20 +99,21 @@ def rank_nodes(logs: str) -> list[tuple[int, str]]:
 
 
 def test_train_model_flow_trains_on_two_nodes(
-    tiny_config: PipelineConfig, tmp_path: Path, on_cluster: LocalCluster, capfd: pytest.CaptureFixture
+    tiny_config: PipelineConfig,
+    tmp_path: Path,
+    on_cluster: LocalCluster,
+    capfd: pytest.CaptureFixture,
+    prefect_api: None,
 ) -> None:
     """The train-model flow (real Prefect API) submits `vidtx train` to the cluster (RAY_ADDRESS)."""
-    from prefect.testing.utilities import prefect_test_harness
-
     from flows.train import train_model
 
     config = cluster_config(tiny_config, tmp_path, max_steps=60, checkpoint_every=30, run_name="two-nodes")
     config.train.optimizer.lr = 0.003
-    with prefect_test_harness(server_startup_timeout=180):
-        state = train_model(config, return_state=True)
-        assert state.is_completed()
-        result = state.result()
-        flow_run_id = str(state.state_details.flow_run_id)
+    state = train_model(config, return_state=True)
+    assert state.is_completed()
+    result = state.result()
+    flow_run_id = str(state.state_details.flow_run_id)
     logs = capfd.readouterr().out
 
     nodes = on_cluster.alive_nodes()
@@ -140,6 +141,9 @@ def test_train_model_flow_trains_on_two_nodes(
     run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)
     assert run.info.status == "FINISHED"
     assert run.data.tags[FLOW_RUN_TAG] == flow_run_id
+    assert run.data.tags["vidtx.manifest_hash"]  # added by the job itself
+    assert result.run_name == "two-nodes"
+    assert "vidtx.train" in logs  # the job's logs were followed
 
     # checkpoints and the consolidated model come from the shared storage URI
     assert result.checkpoint
@@ -162,10 +166,16 @@ def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
     caplog.set_level(logging.INFO, logger="ray.workers")
     config = cluster_config(tiny_config, tmp_path, max_steps=60, checkpoint_every=10, max_failures=1)
     outcome: dict[str, TrainResult | BaseException] = {}
+    progress: list[int] = []
 
     def run() -> None:
         try:
-            outcome["result"] = train(config, run_name="node-lost")
+            outcome["result"] = train(
+                config,
+                run_name="node-lost",
+                tags={"origin": "test"},
+                progress=lambda s, n, m: progress.append(s),
+            )
         except BaseException as err:  # re-raised in the test's thread
             outcome["error"] = err
 
@@ -206,3 +216,8 @@ def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
     assert sorted(history(result, STEP_METRIC)) == list(range(1, 61))  # no step counted twice
     assert history(result, "train/samples_seen")[60] == 60 * 2 * config.train.micro_batch_size
     assert runs_in_experiment(result) == [result.mlflow_run_id]
+    # the submitter's tags and progress callback reach the run submitted as a Ray Job
+    run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)
+    assert run.data.tags["origin"] == "test"
+    assert progress
+    assert progress[-1] == 60

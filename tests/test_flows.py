@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,20 +20,13 @@ from prefect.client.schemas.objects import Artifact
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.flows import load_flow_from_entrypoint
 from prefect.settings import PREFECT_API_URL
-from prefect.testing.utilities import prefect_test_harness
 from rich.console import Console
 
 from flows.pipeline import PipelineResult
 from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def prefect_api() -> Iterator[None]:
-    with prefect_test_harness(server_startup_timeout=180):
-        yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
 
 
 def pipeline_config(tmp_path: Path) -> PipelineConfig:
