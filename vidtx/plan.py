@@ -12,9 +12,11 @@ Memory per GPU = model states + activations + a fixed reserve:
   bf16 weights (2 bytes per parameter), bf16 gradients (2), and fp32 master weights plus optimizer
   states (4 + 4 per state: SGD with momentum keeps one state, AdamW two). ZeRO-1 splits the fp32
   part over the GPUs, ZeRO-2 the gradients as well, ZeRO-3 the weights too.
-- Activations are measured, not modelled: one training-mode forward pass of the real model runs on
-  the CPU in bf16 under `torch.autograd.graph.saved_tensors_hooks`, which sees every tensor kept for
-  the backward pass; the distinct storages that are not parameters are summed. The fused attention
+- Activations are measured, not modelled: one training-mode forward pass of the real model runs in
+  bf16 under `torch.autograd.graph.saved_tensors_hooks`, which sees every tensor kept for the
+  backward pass; the distinct storages that are not parameters are summed. It runs on fake CPU
+  tensors (torch's FakeTensorMode): the CPU's kernels are chosen and every shape and storage is
+  real, but nothing is computed, so a B/16 at 16x224 is measured in a second. The fused attention
   keeps no (S, S) matrix, so this grows linearly with the micro-batch. The backward pass holds the
   gradients of one block's activations on top (one depth-th more).
 - The reserve covers the CUDA context, cuBLAS and NCCL workspaces and allocator fragmentation, and
@@ -29,10 +31,12 @@ training FLOPs per clip (3 forward passes of multiply-adds, 2 FLOPs each).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from vidtx.config import PipelineConfig
 from vidtx.markdown import markdown_table
@@ -45,21 +49,36 @@ OPTIMIZER_STATES = {"sgd": 1, "adamw": 2}  # fp32 tensors per parameter (momentu
 
 
 def activation_bytes_per_clip(model: VideoTransformer) -> int:
-    """Bytes of the tensors a bf16 training forward pass of one clip keeps for its backward pass."""
-    model = model.to(torch.bfloat16).train()
-    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}  # storage address -> bytes
+    """Bytes of the tensors a bf16 training forward pass of one clip keeps for its backward pass.
+    `model` may be on any device, the meta device included: its weights are replaced by fake bf16
+    CPU tensors of the same shapes for the call."""
+    was_training = model.training
+    model.train()
+    saved: dict[int, torch.UntypedStorage] = {}  # id -> storage (held, so that ids stay unique)
+    with FakeTensorMode():
+        state = {
+            name: torch.empty(
+                tensor.shape,
+                dtype=torch.bfloat16 if tensor.is_floating_point() else tensor.dtype,
+                requires_grad=tensor.requires_grad,
+            )
+            for name, tensor in itertools.chain(model.named_parameters(), model.named_buffers())
+        }
+        weights = {id(tensor.untyped_storage()) for tensor in state.values()}
 
-    def keep(tensor: torch.Tensor) -> torch.Tensor:
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in parameters:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return tensor
+        def keep(tensor: torch.Tensor) -> torch.Tensor:
+            storage = tensor.untyped_storage()  # one Python object per storage: views share it
+            if id(storage) not in weights:
+                saved[id(storage)] = storage
+            return tensor
 
-    clip = torch.randn(1, 3, model.num_frames, model.img_size, model.img_size, dtype=torch.bfloat16)
-    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
-        model(clip)  # (1, num_classes); the graph and the saved tensors are dropped on return
-    return sum(saved.values())
+        clip = torch.empty(1, 3, model.num_frames, model.img_size, model.img_size, dtype=torch.bfloat16)
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+                torch.func.functional_call(model, state, (clip,))  # (1, num_classes)
+        finally:
+            model.train(was_training)
+        return sum(storage.nbytes() for storage in saved.values())
 
 
 def model_state_bytes(num_params: int, zero_stage: int, world_size: int, optimizer: str = "sgd") -> float:
@@ -89,12 +108,13 @@ class ModelFootprint:
     def measure(cls, config: PipelineConfig, num_classes: int = 174) -> ModelFootprint:
         """The model `config` trains, with `num_classes` classes (174: SSv2)."""
         data = config.data
-        model = build_model(
-            config.model.model_copy(update={"pretrained": None}),
-            num_classes=num_classes,
-            num_frames=data.num_frames,
-            img_size=data.crop_size,
-        )
+        with torch.device("meta"):  # shapes only: nothing is initialised or computed
+            model = build_model(
+                config.model.model_copy(update={"pretrained": None}),
+                num_classes=num_classes,
+                num_frames=data.num_frames,
+                img_size=data.crop_size,
+            )
         clip = (1, 3, data.num_frames, data.crop_size, data.crop_size)
         flops = 3 * 2 * count_flops(model, clip).total
         num_params = sum(p.numel() for p in model.parameters())
