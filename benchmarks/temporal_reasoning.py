@@ -80,7 +80,7 @@ class Budget:
 
 
 FULL = Budget(CLASSES, 96, 24, 64, 56, 1000, 16, 100)
-QUICK = Budget(CLASSES, 96, 24, 64, 56, 400, 16, 100)
+QUICK = Budget(CLASSES, 48, 24, 64, 56, 200, 16, 100)
 
 
 @dataclass(frozen=True)
@@ -103,13 +103,18 @@ def variants(
     fractions: tuple[float, ...] = tuple(MIXED_FRACTIONS),
     baseline: bool = True,
 ) -> list[Variant]:
-    """Quick: spatial-only + averaging and X-ViT as presets, seed 0. Full: spatial-only + averaging
+    """Quick: spatial-only + averaging and X-ViT mixing 1/4 of the channels (the ablation's fastest
+    learner: 0.93 direction accuracy at step 200 of the full runs, seed 0), seed 0. Full: spatial-only + averaging
     (unless not `baseline`) and the mixed-fraction x head ablation over `fractions` (X-ViT is its mix
     1/2, attention-head row), each per seed."""
     if quick:
         return [
             Variant("spatial-only + averaging", "spatial_avg_tiny", {}),
-            Variant("X-ViT", "xvit_tiny", {}),
+            Variant(
+                "mix 0.25, attention head",
+                "xvit_tiny",
+                {"shift_div": MIXED_FRACTIONS[0.25], "temporal_head": "attention"},
+            ),
         ]
     chosen = []
     for seed in range(seeds):
@@ -279,7 +284,9 @@ def _compare(a: list[dict], b: list[dict]) -> str:
 
 def findings(results: list[dict], budget: Budget) -> list[str]:
     grouped = by_label(results)
-    xvit_label = "X-ViT" if "X-ViT" in grouped else "mix 0.5, attention head"
+    xvit_label = next(
+        label for label in ("mix 0.5, attention head", "mix 0.25, attention head") if label in grouped
+    )
     spatial, xvit = grouped["spatial-only + averaging"], grouped[xvit_label]
 
     def seeds(runs: list[dict]) -> str:

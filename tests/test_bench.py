@@ -262,11 +262,12 @@ def test_gpu_script_smoke_mode_runs_on_the_cpu(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_xvit_reads_the_frame_order_that_spatial_only_attention_cannot(tmp_path: Path) -> None:
-    """The science check, shortened: quick mode trains spatial-only + averaging and X-ViT (seed 0) for 400
-    of the full run's 1000 steps on the same eight classes."""
+    """The science check, shortened: quick mode trains spatial-only + averaging and X-ViT mixing 1/4 of
+    the channels (seed 0) for 200 of the full run's 1000 steps on the same eight classes (half the
+    training videos)."""
     result = temporal_reasoning.run(tmp_path, quick=True)
     final = {run["label"]: run["curve"][-1] for run in result.raw["results"]}
-    assert final["X-ViT"]["val_direction"] >= 0.7  # reads frame order
+    assert final["mix 0.25, attention head"]["val_direction"] >= 0.7  # X-ViT reads frame order
     assert final["spatial-only + averaging"]["val_direction"] <= 0.6  # order-blind: 50% expected
     assert (tmp_path / "temporal_reasoning.png").stat().st_size > 0
 
