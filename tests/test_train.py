@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -106,25 +108,6 @@ def one_val_shard(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.
     return output
 
 
-def test_two_ranks_validate_a_one_shard_split_as_one_rank_would(
-    tiny_dataset: PipelineConfig, one_val_shard: Path, tmp_path: Path
-) -> None:
-    """Issue 27 case 8: rank 1 had no val shard and the first validation crashed the run
-    (`split_by_worker() missing 1 required positional argument: 'src'`). Now the ranks share the
-    shard's samples and the logged figures are a one-process pass's over the same weights."""
-    config = run_config(tiny_dataset, tmp_path, max_steps=1, checkpoint_every=1, precision="fp32")
-    config.data.shards = one_val_shard
-    result = train(config, run_name="one-val-shard")
-    logged = {name: history(result, f"val/{name}")[1] for name in ("top1", "loss", "clips")}
-    model = load_trained_model(config, result.checkpoint)
-    outputs = predict_split(model, config.data, "val", num_clips=1, num_crops=1, batch_size=4)
-    logits = outputs.logits[:, 0]  # (12, 4): the centre view, as validation uses
-    assert logged["clips"] == len(outputs.keys) == 12
-    assert logged["top1"] == top_k_correct(logits, outputs.labels)[0] / 12
-    loss = torch.nn.functional.cross_entropy(logits, outputs.labels).item()
-    assert logged["loss"] == pytest.approx(loss, rel=1e-5)
-
-
 @pytest.mark.timeout(300, method="thread")  # it used to wait forever (in ray.get: no signal ends it)
 def test_a_rank_whose_shards_yield_no_sample_fails_the_run_naming_them(
     tiny_dataset: PipelineConfig, tmp_path: Path
@@ -159,15 +142,37 @@ def test_restarted_run_continues_from_its_checkpoint(tiny_dataset: PipelineConfi
     assert history(second, "train/samples_seen")[6] == 6 * 2 * config.train.micro_batch_size
 
 
-def _kill_a_worker_after(tracking_uri: str, step: int, killed: list[int]) -> None:
-    """Wait until the run has logged `step`, then SIGKILL one Ray Train worker process."""
-    client = MlflowClient(tracking_uri)
+def registered_checkpoints(run_dir: Path) -> list[int]:
+    """The steps of the checkpoints Ray Train's controller has registered for the run in `run_dir`
+    (its `checkpoint_manager_snapshot.json`, Ray 2.60). Workers report checkpoints asynchronously:
+    only a registered one survives a kill, so the kill tests wait for one."""
+    try:
+        snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):  # not yet written, or being replaced
+        return []
+    return [result["metrics"]["step"] for result in snapshot["checkpoint_results"]]
+
+
+def trained_until(config: PipelineConfig, run_name: str, step: int, running: Callable[[], bool]) -> bool:
+    """Wait (5 min at most, while `running()`) until the run has logged `step` and Ray has registered
+    one of its checkpoints; whether it got there."""
+    client = MlflowClient(f"sqlite:///{config.workdir.resolve() / 'mlflow.db'}")
+    run_dir = Path(config.train.storage_path) / run_name
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        runs = client.search_runs([experiment.experiment_id for experiment in client.search_experiments()])
-        if runs and any(p.step >= step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)):
-            break
+    while time.monotonic() < deadline and running():
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        if runs and runs[0].data.tags.get("vidtx.checkpoint") is None:  # not finished
+            steps = [p.step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)]
+            if steps and max(steps) >= step and registered_checkpoints(run_dir):
+                return True
         time.sleep(0.5)
+    return False
+
+
+def _kill_a_worker_after(config: PipelineConfig, step: int, killed: list[int]) -> None:
+    """Wait until the run has logged `step` and has a registered checkpoint, then SIGKILL one Ray
+    Train worker process."""
+    trained_until(config, "killed", step, running=lambda: True)
     for process in psutil.Process().children(recursive=True):  # this session's Ray, not another's
         with contextlib.suppress(psutil.NoSuchProcess):
             if any("RayTrainWorker" in part for part in process.cmdline()):
@@ -179,13 +184,13 @@ def _kill_a_worker_after(tracking_uri: str, step: int, killed: list[int]) -> Non
 def test_killed_worker_restarts_from_the_latest_checkpoint(
     tiny_dataset: PipelineConfig, tmp_path: Path
 ) -> None:
-    # the fewest steps that prove the resume: checkpoints every 6, the kill once step 12 is logged
+    # few steps that prove the resume: checkpoints every 6, the kill once step 12 is logged and a
+    # checkpoint registered
     config = run_config(
         tiny_dataset, tmp_path, max_steps=24, checkpoint_every=6, max_failures=1, precision="fp32"
     )
     killed: list[int] = []
-    tracking_uri = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
-    killer = threading.Thread(target=_kill_a_worker_after, args=(tracking_uri, 12, killed), daemon=True)
+    killer = threading.Thread(target=_kill_a_worker_after, args=(config, 12, killed), daemon=True)
     killer.start()
     result = train(config, run_name="killed")
     killer.join(timeout=10)
@@ -194,9 +199,9 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
     restarts = history(result, "train/resumed_from_step")
     assert len(restarts) == 1
     (resumed_at,) = restarts
-    # a checkpoint from before the kill (Ray registers reports asynchronously, so not always the
-    # newest one the workers wrote), never a restart from 0
-    assert 6 <= resumed_at <= 12
+    # a registered checkpoint from before the kill (not always the newest one the workers wrote),
+    # never a restart from 0
+    assert 6 <= resumed_at < 24
     assert resumed_at % 6 == 0
     assert sorted(history(result, STEP_METRIC)) == list(range(1, 25))  # every step once
     assert history(result, "train/samples_seen")[24] == 24 * 2 * config.train.micro_batch_size
@@ -207,7 +212,8 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
 def start_training_until(
     config: PipelineConfig, tmp_path: Path, run_name: str, step: int
 ) -> subprocess.Popen:
-    """`vidtx train` of `config` in a child process, returned once its MLflow run has logged `step`."""
+    """`vidtx train` of `config` in a child process, returned once its MLflow run has logged `step`
+    and Ray has registered a checkpoint of it."""
     config_file = tmp_path / "config.yaml"
     config_file.write_text(dump_config(config))
     command = [
@@ -220,73 +226,82 @@ def start_training_until(
         f"train.run_name={run_name}",
     ]
     driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and driver.poll() is None:
-        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-        if runs and runs[0].data.tags.get("vidtx.checkpoint") is None:
-            steps = [p.step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)]
-            if steps and max(steps) >= step:
-                return driver
-        time.sleep(0.5)
-    driver.kill()
-    pytest.fail(f"training ended or stalled before step {step}: {driver.communicate()[1][-2000:]}")
+    if not trained_until(config, run_name, step, running=lambda: driver.poll() is None):
+        driver.kill()
+        pytest.fail(f"training ended or stalled before step {step}: {driver.communicate()[1][-2000:]}")
+    return driver
 
 
-def test_killed_training_job_resumes_when_started_again(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
-    """SIGKILL the whole `vidtx train` process tree (driver, local Ray, workers), then run it again."""
-    config = run_config(tiny_dataset, tmp_path, max_steps=24, checkpoint_every=6, precision="fp32")
-    driver = start_training_until(config, tmp_path, "killed-job", step=12)
+def kill_tree(driver: subprocess.Popen) -> None:
+    """SIGKILL a `vidtx train` process tree: driver, local Ray, workers."""
     tree = psutil.Process(driver.pid)
     for process in [*tree.children(recursive=True), tree]:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.kill()
     driver.wait(timeout=60)
-    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
-
-    config.train.run_name = "killed-job"
-    result = train(config)
-    assert result.metrics["step"] == 24
-    restarts = history(result, "train/resumed_from_step")
-    assert len(restarts) == 1
-    assert next(iter(restarts)) in (6, 12)  # a checkpoint from before the kill, not a restart from 0
-    assert sorted(history(result, STEP_METRIC)) == list(range(1, 25))
-    assert len(client.search_runs([e.experiment_id for e in client.search_experiments()])) == 1
 
 
-def test_a_training_listens_on_loopback_only_and_sigterm_stops_it_with_its_ray(
+def test_a_killed_then_stopped_training_job_resumes_each_time_and_listens_on_loopback_only(
     tiny_dataset: PipelineConfig, tmp_path: Path
 ) -> None:
-    """While `vidtx train` trains, nothing of it is reachable from the network: the driver, its local
-    Ray and the Ray Train workers with their torch rendezvous store and gloo transport (was: rank 0's
-    store on *:port). SIGTERM to it (what `make ui-stop`, `kill` and Prefect's cancel send): the local
-    Ray and its workers stop with it, the MLflow run ends KILLED, exit code 143 and a one-line message."""
-    config = run_config(tiny_dataset, tmp_path, max_steps=400, checkpoint_every=10, precision="fp32")
-    driver = start_training_until(config, tmp_path, "stopped", step=5)
+    """One run, started three times (checkpoints every 6 of 48 steps):
+
+    1. `vidtx train` while it trains: nothing of it is reachable from the network (the driver, its
+       local Ray and the Ray Train workers with their torch rendezvous store and gloo transport; was:
+       rank 0's store on *:port). Then SIGKILL to the whole process tree.
+    2. `vidtx train` again: it resumes; SIGTERM to it (what `make ui-stop`, `kill` and Prefect's cancel
+       send): the local Ray and its workers stop with it, the MLflow run ends KILLED, exit code 143
+       and a one-line message.
+    3. `train()` again: it resumes and finishes, every step logged once, in the one MLflow run."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=48, checkpoint_every=6, precision="fp32")
+    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+
+    driver = start_training_until(config, tmp_path, "killed-job", step=12)
     tree = psutil.Process(driver.pid).children(recursive=True)
     assert any("raylet" in p.name() for p in tree), [p.name() for p in tree]
     listening = listening_sockets(process_tree(driver.pid))
     workers = {where for where, names in listening.items() if "ray::RayTrainWo" in names}  # comm: 15 chars
     assert workers, listening  # the store and the transport of the workers were seen
     assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
+    kill_tree(driver)
+
+    driver = start_training_until(config, tmp_path, "killed-job", step=24)
+    tree = psutil.Process(driver.pid).children(recursive=True)
     driver.send_signal(signal.SIGTERM)
     _, stderr = driver.communicate(timeout=120)
     assert driver.returncode == 143, stderr[-2000:]
     assert "stopped by SIGTERM; run the same command again to resume" in stderr
     _, alive = psutil.wait_procs(tree, timeout=30)
     assert not alive, [p.name() for p in alive]
-    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.status == "KILLED"
-    assert max(p.step for p in client.get_metric_history(run.info.run_id, STEP_METRIC)) < 400
+    assert max(p.step for p in client.get_metric_history(run.info.run_id, STEP_METRIC)) < 48
+
+    config.train.run_name = "killed-job"
+    result = train(config)
+    assert result.metrics["step"] == 48
+    logged = client.get_metric_history(result.mlflow_run_id, "train/resumed_from_step")
+    restarts = [point.value for point in sorted(logged, key=lambda point: point.timestamp)]
+    assert len(restarts) == 2, restarts
+    # each from a checkpoint before its stop (Ray registers reports asynchronously: maybe not the
+    # newest one written), never from 0
+    assert 6 <= restarts[0] <= restarts[1] < 48
+    assert all(step % 6 == 0 for step in restarts)
+    assert sorted(history(result, STEP_METRIC)) == list(range(1, 49))
+    assert len(client.search_runs([e.experiment_id for e in client.search_experiments()])) == 1
 
 
-def test_relative_paths_are_read_from_where_the_command_runs_and_a_seed_repeats_the_first_loss(
-    tiny_dataset: PipelineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_relative_paths_a_one_shard_validation_split_and_the_same_seed(
+    tiny_dataset: PipelineConfig, one_val_shard: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ray workers start in their own session folder; relative paths must still mean the driver's.
-    The same seed, in a second run (absolute paths), gives the same first-step loss."""
-    (tmp_path / "shards").symlink_to(tiny_dataset.data.shards, target_is_directory=True)
+    """Two 1-step runs over the videos sharded at the default size (val: one shard of 12), three checks:
+
+    - Ray workers start in their own session folder; relative paths must still mean the driver's.
+    - Issue 27 case 8: rank 1 had no val shard and the first validation crashed the run
+      (`split_by_worker() missing 1 required positional argument: 'src'`). Now the ranks share the
+      shard's samples and the logged figures are a one-process pass's over the same weights.
+    - The same seed, in a second run (absolute paths), gives the same first-step loss."""
+    (tmp_path / "shards").symlink_to(one_val_shard, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     config = run_config(tiny_dataset, Path("run"), max_steps=1, checkpoint_every=1, precision="fp32")
     config.data.shards = Path("shards")
@@ -294,7 +309,18 @@ def test_relative_paths_are_read_from_where_the_command_runs_and_a_seed_repeats_
     assert result.tracking_uri == f"sqlite:///{tmp_path.resolve() / 'run' / 'mlflow.db'}"
     assert 1 in history(result, STEP_METRIC)
     assert Path(result.checkpoint).resolve().is_relative_to(tmp_path.resolve() / "run" / "ray")
+
+    logged = {name: history(result, f"val/{name}")[1] for name in ("top1", "loss", "clips")}
+    model = load_trained_model(config, result.checkpoint)
+    outputs = predict_split(model, config.data, "val", num_clips=1, num_crops=1, batch_size=4)
+    logits = outputs.logits[:, 0]  # (12, 4): the centre view, as validation uses
+    assert logged["clips"] == len(outputs.keys) == 12
+    assert logged["top1"] == top_k_correct(logits, outputs.labels)[0] / 12
+    loss = torch.nn.functional.cross_entropy(logits, outputs.labels).item()
+    assert logged["loss"] == pytest.approx(loss, rel=1e-5)
+
     again = run_config(tiny_dataset, tmp_path / "again", max_steps=1, checkpoint_every=1, precision="fp32")
+    again.data.shards = one_val_shard
     assert history(train(again, run_name="seeded"), STEP_METRIC)[1] == history(result, STEP_METRIC)[1]
 
 

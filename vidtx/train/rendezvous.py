@@ -7,7 +7,7 @@ here rank 0 binds one to its Ray node's address (127.0.0.1 for a local Ray, the 
 address on a cluster), serves the store on it for the run, and every rank joins the process group
 through it. The collective transport (gloo, NCCL) is pinned to the network interface that holds that
 address (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`), unless the user has chosen one.
-`tests/test_train.py::test_a_training_listens_on_loopback_only_and_sigterm_stops_it_with_its_ray`
+`tests/test_train.py::test_a_killed_then_stopped_training_job_resumes_each_time_and_listens_on_loopback_only`
 notices when a Ray or torch upgrade changes this.
 """
 
