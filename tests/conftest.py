@@ -51,6 +51,26 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     return root / "videos", root / "shards"
 
 
+@pytest.fixture(scope="session")
+def frames_shards(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's synthetic dataset (32x32 videos) sharded as frames (5 samples per shard)."""
+    from vidtx.config import ShardConfig
+    from vidtx.shard.writer import shard_dataset
+
+    videos, _ = synthetic_shards
+    output = tmp_path_factory.mktemp("frames") / "shards"
+    config = ShardConfig(
+        source=videos / "annotations.csv",
+        output=output,
+        store="frames",
+        short_side=32,
+        max_samples_per_shard=5,
+        processes=1,
+    )
+    shard_dataset(config)
+    return output
+
+
 # --- bad inputs: the `vidtx` command, and a dataset of bad and odd videos sharded with it ---------
 
 import os  # noqa: E402

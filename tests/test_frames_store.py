@@ -19,7 +19,6 @@ from vidtx.manifest import FRAMES_MEMBER, load_manifest
 from vidtx.media.frames import JpegFrames
 from vidtx.shard.writer import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
-from vidtx.train.launcher import train
 
 
 def decoded(path: Path) -> np.ndarray:
@@ -109,15 +108,6 @@ def test_decoding_at_a_smaller_size_uses_the_jpeg_scales(
     assert at_least.frames([3]).shape == (1, 24, 32, 3)  # the 1/2 DCT scale covers 30x22
 
 
-@pytest.fixture(scope="module")
-def frames_shards(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's synthetic dataset (32x32 videos) sharded as frames."""
-    videos, _ = synthetic_shards
-    output = tmp_path_factory.mktemp("frames") / "shards"
-    shard_dataset(frames_config(videos / "annotations.csv", output, short_side=32, max_samples_per_shard=5))
-    return output
-
-
 def test_both_loaders_read_the_frames_store(frames_shards: Path, synthetic_shards: tuple[Path, Path]) -> None:
     _, video_shards = synthetic_shards
     cfg = DataConfig(
@@ -165,22 +155,3 @@ def test_multi_view_evaluation_agrees_across_stores(trained_run: tuple, frames_s
 def test_the_frames_store_takes_no_reencode(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="reencode applies to store 'video'"):
         ShardConfig(store="frames", reencode={"short_side": 128})
-
-
-@pytest.mark.slow
-def test_training_reads_the_frames_store(tiny_dataset, frames_shards: Path, tmp_path: Path) -> None:
-    """Ray Train + DeepSpeed workers train and validate from JPEG frames as from videos."""
-    config = tiny_dataset.model_copy(deep=True)
-    config.workdir, config.data.shards = tmp_path, frames_shards
-    config.train = config.train.model_copy(
-        update={
-            "storage_path": str(tmp_path / "ray"),
-            "max_steps": 3,
-            "checkpoint_every": 3,
-            "precision": "fp32",
-        }
-    )
-    result = train(config, run_name="frames-store")
-    assert result.metrics["step"] == 3
-    assert 0.0 <= result.metrics["val_top1"] <= 1.0
-    assert Path(result.checkpoint, "state").is_dir()

@@ -78,16 +78,23 @@ def test_two_workers_zero2_bf16_loss_goes_down(trained_run: tuple) -> None:
         assert metric in run.data.metrics
 
 
-@pytest.mark.parametrize(("stage", "precision"), [(0, "bf16"), (1, "fp32"), (3, "bf16")])
+@pytest.mark.parametrize(
+    ("stage", "precision", "store"), [(0, "bf16", "video"), (1, "fp32", "video"), (3, "bf16", "frames")]
+)
 def test_zero_stages_and_precisions_run(
-    tiny_dataset: PipelineConfig, tmp_path: Path, stage: int, precision: str
+    tiny_dataset: PipelineConfig, frames_shards: Path, tmp_path: Path, stage: int, precision: str, store: str
 ) -> None:
+    """Each ZeRO stage trains and validates; ZeRO-3 reads the frames store (JPEG frames), which Ray
+    Train + DeepSpeed workers read as they read videos."""
     config = run_config(
         tiny_dataset, tmp_path, zero_stage=stage, precision=precision, max_steps=3, checkpoint_every=3
     )
+    if store == "frames":
+        config.data.shards = frames_shards
     result = train(config, run_name=f"z{stage}-{precision}")
     assert result.metrics["step"] == 3
     assert 0.0 <= result.metrics["val_top1"] <= 1.0
+    assert Path(result.checkpoint, "state").is_dir()
     if precision == "fp32":
         # The consolidated fp32 state dict, in a fresh model, reproduces the engine's validation loss.
         model = load_trained_model(config, result.checkpoint)
