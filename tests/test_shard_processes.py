@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
 from vidtx.config import SynthConfig
-from vidtx.processes import TerminatedError, sigterm_raises
+from vidtx.processes import TerminatedError, forkserver_context, sigterm_deferred, sigterm_raises
 from vidtx.shard.synthetic import generate_dataset
 
 
@@ -173,6 +174,31 @@ def test_forkserver_children_do_not_import_the_programs_modules_again(tmp_path: 
     importers = imports.read_text().split()
     assert len(importers) == 2, importers  # the program and its forkserver, none of the 3 children
     assert result.stderr == ""  # no warning from the children's re-run of the main module
+
+
+def hold_sigterm_back_while_asked(connection: Connection) -> None:
+    with sigterm_deferred():
+        connection.send("holding")
+        connection.recv()  # sent after the SIGTERM
+        connection.send("still here")
+    time.sleep(30)  # the SIGTERM held back ends the process here
+
+
+def test_a_forkserver_child_holds_sigterm_back_while_it_asks_to() -> None:
+    """A SIGTERM to a forkserver child inside `sigterm_deferred` waits for the block's end. Was: its
+    parent-watching thread took the signal at once, so a pool stopped while a worker started its
+    prober left the prober's server printing a traceback."""
+    context = forkserver_context()
+    ours, theirs = context.Pipe()
+    child = context.Process(target=hold_sigterm_back_while_asked, args=(theirs,))
+    child.start()
+    theirs.close()  # a child that dies: an EOFError here, not a wait for ever
+    assert ours.recv() == "holding"
+    child.terminate()
+    ours.send("go on")
+    assert ours.recv() == "still here"
+    child.join(timeout=30)
+    assert child.exitcode == -signal.SIGTERM
 
 
 class HandlerRan(BaseException):

@@ -102,13 +102,29 @@ def sigterm_raises() -> Iterator[None]:
 
 @contextlib.contextmanager
 def sigterm_deferred() -> Iterator[None]:
-    """Hold SIGTERM back (this thread) until the block ends. For starting a child: a parent killed
-    halfway through the handshake leaves the child to die on a half-read pipe with a traceback."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    """Hold SIGTERM back until the block ends, then act on it. For starting a child: a parent killed
+    halfway through the handshake leaves the child to die on a half-read pipe with a traceback.
+
+    In the main thread, a handler that notes the signal: blocking it in this thread's signal mask
+    is not enough, as the kernel hands a signal sent to the process to any thread not blocking it
+    (the parent watcher, a thread an import started), and its default action ends the process.
+    Elsewhere, where no handler can be set, the mask is the best there is."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        return
+    received: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        signal.signal(signal.SIGTERM, previous)
+        if received:
+            signal.raise_signal(signal.SIGTERM)
 
 
 def forkserver_context(*preload: str) -> ForkServerContext:
