@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install demo test test-ui lint format bench ui ui-stop clean
+.PHONY: install demo test test-ui lint format bench ui ui-stop s3 clean
 
 install: $(STAMP)
 
@@ -54,6 +54,14 @@ ui: install
 
 ui-stop:
 	BIN=$(BIN) infra/local/ui.sh stop
+
+# A local S3 server for trying s3:// shards and checkpoints (moto's server mode, in memory, on loopback).
+S3_PORT ?= 9000
+s3: install
+	@echo "S3 server on http://127.0.0.1:$(S3_PORT) (Ctrl-C stops it; objects live in memory). In another shell:"
+	@echo "  export AWS_ENDPOINT_URL=http://127.0.0.1:$(S3_PORT) AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1"
+	@echo "  $(BIN)/python -c \"import boto3; boto3.client('s3').create_bucket(Bucket='vidtx')\""
+	$(BIN)/python -m moto.server -H 127.0.0.1 -p $(S3_PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,8 +1,24 @@
 """Shared test set-up: the same environment defaults as the CLI and flows."""
 
+import os
+import secrets
+
+from s3_server import free_port
+
 from vidtx.env import apply_defaults
 
 apply_defaults()
+
+# The tests' S3 server (`s3_endpoint`): its address and credentials are in the environment from the
+# start, so every process of the session (Ray's workers too) reads them as boto3 would. The secret is
+# random and distinctive: tests check that it never reaches a log, MLflow or a manifest.
+S3_SECRET = f"vidtx-test-secret-{secrets.token_hex(8)}"
+os.environ |= {
+    "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+    "AWS_ACCESS_KEY_ID": "vidtx-test-key",
+    "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 # --- data: real MP4 files written with PyAV ------------------------------------------------------
@@ -211,3 +227,43 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=180):
         yield
+
+
+# --- object storage: one real S3 server (moto's server mode on 127.0.0.1) for the session -----------
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The session's S3 server, at the AWS_ENDPOINT_URL set above."""
+    from s3_server import s3_server
+
+    with s3_server(int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
+    """A new, empty bucket for the test: `s3://<name>`."""
+    import re
+
+    from s3_server import create_bucket
+
+    name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:50] + f"-{secrets.token_hex(3)}"
+    return create_bucket(s3_endpoint, name)
+
+
+@pytest.fixture(scope="session")
+def bucket_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
+    """The session's synthetic videos sharded into a bucket as `synthetic_shards` are on disk (video
+    store, 5 samples per shard): `s3://session-shards/shards`."""
+    from s3_server import create_bucket
+
+    from vidtx.config import ShardConfig
+    from vidtx.shard.writer import shard_dataset
+
+    videos, _ = synthetic_shards
+    url = create_bucket(s3_endpoint, "session-shards") + "/shards"
+    shard_dataset(
+        ShardConfig(source=videos / "annotations.csv", output=url, max_samples_per_shard=5, processes=1)
+    )
+    return url

@@ -24,8 +24,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("vidtx.eval",),
     ("vidtx.data", "vidtx.shard", "vidtx.model_factory"),
     ("vidtx.manifest", "vidtx.media", "vidtx.models"),
+    ("vidtx.storage",),
     ("vidtx.nn", "vidtx.config", "vidtx.markdown", "vidtx.ray_session", "vidtx.processes", "vidtx.files"),
-    ("vidtx.log", "vidtx.env"),
+    ("vidtx.log", "vidtx.env", "vidtx.locations"),
 ]
 # (importer, imported, why): edges that are never allowed, whatever the layers say.
 FORBIDDEN: list[tuple[str, str, str]] = [
@@ -37,7 +38,7 @@ FORBIDDEN: list[tuple[str, str, str]] = [
 ONLY: dict[str, set[str]] = {
     "vidtx.nn": {"torch"},
     "vidtx.models": {"torch", "vidtx.nn"},
-    "vidtx.config": {"pydantic", "yaml"},
+    "vidtx.config": {"pydantic", "yaml", "vidtx.locations"},
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
 import shutil
 import signal
@@ -23,10 +24,12 @@ from media import cut_in_video
 from mlflow import MlflowClient
 from sockets import exposed, listening_sockets, process_tree
 
+from vidtx import storage
 from vidtx.config import PipelineConfig, ShardConfig, dump_config
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
+from vidtx.locations import join, location, parent_of
 from vidtx.manifest import load_manifest
 from vidtx.shard.writer import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
@@ -79,22 +82,45 @@ def test_two_workers_zero2_bf16_loss_goes_down(trained_run: tuple) -> None:
 
 
 @pytest.mark.parametrize(
-    ("stage", "precision", "store"), [(0, "bf16", "video"), (1, "fp32", "video"), (3, "bf16", "frames")]
+    ("stage", "precision", "store"), [(0, "bf16", "video"), (1, "fp32", "bucket"), (3, "bf16", "frames")]
 )
 def test_zero_stages_and_precisions_run(
-    tiny_dataset: PipelineConfig, frames_shards: Path, tmp_path: Path, stage: int, precision: str, store: str
+    tiny_dataset: PipelineConfig,
+    frames_shards: Path,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    stage: int,
+    precision: str,
+    store: str,
 ) -> None:
     """Each ZeRO stage trains and validates; ZeRO-3 reads the frames store (JPEG frames), which Ray
-    Train + DeepSpeed workers read as they read videos."""
+    Train + DeepSpeed workers read as they read videos; ZeRO-1 reads its shards from a bucket of the
+    session's S3 server and keeps its checkpoints there (nothing of either on local disk), and its
+    consolidated checkpoint is evaluated from the bucket."""
     config = run_config(
         tiny_dataset, tmp_path, zero_stage=stage, precision=precision, max_steps=3, checkpoint_every=3
     )
     if store == "frames":
         config.data.shards = frames_shards
+    if store == "bucket":
+        config.data.shards = location(request.getfixturevalue("bucket_shards"))
+        config.train.storage_path = f"{parent_of(config.data.shards)}/runs"
     result = train(config, run_name=f"z{stage}-{precision}")
     assert result.metrics["step"] == 3
     assert 0.0 <= result.metrics["val_top1"] <= 1.0
-    assert Path(result.checkpoint, "state").is_dir()
+    assert storage.exists(join(location(result.checkpoint), "state"))
+    if store == "bucket":
+        assert result.checkpoint.startswith(f"{config.train.storage_path}/z1-fp32/checkpoint-")
+        assert not (tmp_path / "ray").exists()
+        run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)
+        recorded = json.dumps(
+            [
+                run.data.params,
+                run.data.tags,
+                storage.read_text(result.storage_path + "/z1-fp32/vidtx-result.json"),
+            ]
+        )
+        assert os.environ["AWS_SECRET_ACCESS_KEY"] not in recorded
     if precision == "fp32":
         # The consolidated fp32 state dict, in a fresh model, reproduces the engine's validation loss.
         model = load_trained_model(config, result.checkpoint)

@@ -21,7 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
-from vidtx.files import write_text
+from vidtx import storage
+from vidtx.locations import Location, join
 
 MANIFEST_SUFFIX = ".manifest.json"
 REJECTS_SUFFIX = ".rejects.jsonl"
@@ -114,7 +115,7 @@ class Manifest(BaseModel):
     store: Literal["video", "frames"] = "video"  # what the samples hold (see FRAMES_MEMBER)
     config: dict[str, Any]  # the ShardConfig that wrote the split, as JSON
     content_hash: str  # sha256 of class names and shard names, counts and digests: the data's identity
-    _root: Path | None = PrivateAttr(None)  # folder the manifest was loaded from
+    _root: Location | None = PrivateAttr(None)  # folder or bucket prefix the manifest was loaded from
 
     @property
     def num_classes(self) -> int:
@@ -129,20 +130,24 @@ class Manifest(BaseModel):
         rejected = len(self.rejects)
         return f"{self.split}: {self.num_samples} samples in {len(self.shards)} shards, {rejected} rejected"
 
-    def shard_urls(self, root: Path | None = None) -> list[str]:
-        """Paths of the tars, in order (`root` defaults to the folder the manifest was loaded from)."""
+    def shard_urls(self, root: Location | None = None) -> list[str]:
+        """Paths or URLs of the tars, in order (`root` defaults to where the manifest was loaded from)."""
         folder = root or self._root
         if folder is None:
             raise ValueError("manifest has no folder: pass root= or use load_manifest()")
-        return [str(Path(folder) / shard.name) for shard in self.shards]
+        return [str(join(folder, shard.name)) for shard in self.shards]
 
-    def save(self, folder: Path) -> Path:
-        return write_text(manifest_path(folder, self.split), self.model_dump_json(indent=2) + "\n")
+    def save(self, folder: Location) -> Location:
+        return storage.write_text(manifest_path(folder, self.split), self.model_dump_json(indent=2) + "\n")
 
 
-def file_sha256(path: Path) -> str:
-    with Path(path).open("rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
+def file_sha256(path: Location) -> str:
+    """The sha256 of a file, local or in a bucket (read front to back once)."""
+    digest = hashlib.sha256()
+    with storage.open_input(path) as file:
+        while chunk := file.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def damaged_shards(manifest: Manifest, *, check_sha256: bool = True) -> list[str]:
@@ -150,14 +155,13 @@ def damaged_shards(manifest: Manifest, *, check_sha256: bool = True) -> list[str
     `check_sha256`, which reads every byte) another sha256 than the manifest records."""
     problems = []
     for shard, url in zip(manifest.shards, manifest.shard_urls(), strict=True):
-        path = Path(url)
-        if not path.is_file():
+        if (size := storage.size(url)) is None:
             problems.append(f"{shard.name}: missing")
-        elif (size := path.stat().st_size) != shard.bytes:
+        elif size != shard.bytes:
             problems.append(
                 f"{shard.name}: {size} bytes, the manifest says {shard.bytes} (truncated or replaced)"
             )
-        elif check_sha256 and file_sha256(path) != shard.sha256:
+        elif check_sha256 and file_sha256(url) != shard.sha256:
             problems.append(f"{shard.name}: sha256 mismatch against the manifest (corrupted or replaced)")
     return problems
 
@@ -167,26 +171,26 @@ def content_hash(shards: list[ShardInfo], class_names: list[str]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def manifest_path(shards_dir: Path, split: str) -> Path:
-    return Path(shards_dir) / f"{check_split(split)}{MANIFEST_SUFFIX}"
+def manifest_path(shards_dir: Location, split: str) -> Location:
+    return join(shards_dir, f"{check_split(split)}{MANIFEST_SUFFIX}")
 
 
-def rejects_path(shards_dir: Path, split: str) -> Path:
-    return Path(shards_dir) / f"{check_split(split)}{REJECTS_SUFFIX}"
+def rejects_path(shards_dir: Location, split: str) -> Location:
+    return join(shards_dir, f"{check_split(split)}{REJECTS_SUFFIX}")
 
 
-def load_manifest(shards_dir: Path, split: str) -> Manifest:
+def load_manifest(shards_dir: Location, split: str) -> Manifest:
     path = manifest_path(shards_dir, split)
-    if not path.is_file():
+    if not storage.is_file(path):
         raise FileNotFoundError(f"{path}: no manifest (shard the '{split}' split with `vidtx shard` first)")
     try:
-        manifest = Manifest.model_validate_json(path.read_text())
+        manifest = Manifest.model_validate_json(storage.read_text(path))
     except ValidationError as err:
         raise ValueError(f"{path}: not a valid manifest ({err.errors()[0]['msg']})") from err
-    manifest._root = Path(shards_dir)
+    manifest._root = shards_dir if isinstance(shards_dir, str) else Path(shards_dir)
     return manifest
 
 
-def find_splits(shards_dir: Path) -> list[str]:
+def find_splits(shards_dir: Location) -> list[str]:
     """Splits that have a manifest in `shards_dir`."""
-    return sorted(p.name.removesuffix(MANIFEST_SUFFIX) for p in Path(shards_dir).glob(f"*{MANIFEST_SUFFIX}"))
+    return [name.removesuffix(MANIFEST_SUFFIX) for name in storage.names(shards_dir, MANIFEST_SUFFIX)]

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from vidtx.config.base import StrictModel
+from vidtx.locations import StorageLocation
 
 DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv"]
 SamplingMode = Literal["segment", "dense"]
@@ -63,7 +64,10 @@ class ShardConfig(StrictModel):
     video_root: Path | None = Field(
         None, description="Where annotation formats find the videos (None: the annotation file's folder)."
     )
-    output: Path = Field(Path("data/shards"), description="Folder for SPLIT-NNNNNN.tar and manifests.")
+    output: StorageLocation = Field(
+        Path("data/shards"),
+        description="Folder or bucket prefix (s3://, gs://) for SPLIT-NNNNNN.tar and manifests.",
+    )
     splits: list[str] | None = Field(None, description="Splits to shard (None: every split in the source).")
     max_samples_per_shard: int = Field(1000, ge=1, le=1_000_000)
     max_bytes_per_shard: int = Field(
@@ -135,7 +139,9 @@ class DataConfig(StrictModel):
     points `shards` at `shard.output`.
     """
 
-    shards: Path = Field(Path("data/shards"), description="Folder written by `vidtx shard`.")
+    shards: StorageLocation = Field(
+        Path("data/shards"), description="Folder or bucket prefix (s3://, gs://) written by `vidtx shard`."
+    )
     train_split: str = "train"
     val_split: str = "val"
     num_frames: int = Field(8, ge=1, description="Frames per clip (T).")

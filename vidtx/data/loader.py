@@ -35,17 +35,18 @@ import logging
 import math
 from collections.abc import Iterable, Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import webdataset as wds
 
+from vidtx import storage
 from vidtx.config import DataConfig
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import CycledSamples, EvalSamples, epoch_shards
 from vidtx.data.transforms import EvalTransform, TrainTransform
+from vidtx.locations import Location, name_of
 from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
 from vidtx.media.decode import Video, VideoDecodeError, open_video, scaled_size
 from vidtx.media.frames import JpegFrames
@@ -166,12 +167,12 @@ def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
     )
 
 
-def _check_shards(manifest: Manifest, shards_dir: Path) -> None:
+def _check_shards(manifest: Manifest, shards_dir: Location) -> None:
     """Warn about damaged shards (what can be read of them is still used); fail at once, naming the
     folder, when no shard file exists at all."""
     for problem in damaged_shards(manifest, check_sha256=False):
         log.warning("split %s: damaged shard %s; its unreadable samples are skipped", manifest.split, problem)
-    if not any(Path(url).is_file() for url in manifest.shard_urls()):
+    if not any(storage.is_file(url) for url in manifest.shard_urls()):
         raise FileNotFoundError(
             f"{shards_dir}: none of the {len(manifest.shards)} '{manifest.split}' shards exists"
         )
@@ -199,7 +200,7 @@ class TrainLoader:
             self.rank,
             self.world_size,
             epoch,
-            ",".join(Path(url).name for url in shards),
+            ",".join(name_of(url) for url in shards),
         )
         stream_seed = wds.utils.make_seed(self.seed, epoch, self.rank)
         dataset = wds.DataPipeline(

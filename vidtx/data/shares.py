@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ import torch
 import webdataset as wds
 
 from vidtx.data.tar_reader import tar_samples
+from vidtx.locations import name_of, parent_of
 
 Handler = Callable[[Exception], bool]  # what a webdataset stage does with an error (True: go on)
 
@@ -65,10 +65,10 @@ class CycledSamples(torch.utils.data.IterableDataset):
                 yield sample
             if not read:
                 who = f"rank {self.rank}" + (f", DataLoader worker {worker}" if num_workers > 1 else "")
-                names = ", ".join(Path(url).name for url in mine)
+                names = ", ".join(name_of(url) for url in mine)
                 raise UnreadableShardsError(
                     f"{who}: not one sample could be read from its shards {names} in "
-                    f"{Path(mine[0]).parent} (damaged: `vidtx inspect` checks them)"
+                    f"{parent_of(mine[0])} (damaged: `vidtx inspect` checks them)"
                 )
             handler = _go_on
 

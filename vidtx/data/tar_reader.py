@@ -7,10 +7,14 @@ so this stage opens them with `tarfile` in random-access mode: a member is read 
 the frames member is not read at all but handed on as a `MemberRange` (its file, offset and size),
 from which a clip reads only its frames. The members then go through webdataset's own
 `group_by_keys` into samples, as with `webdataset.tarfile_to_samples`.
+
+A shard in a bucket (`s3://`, `gs://`) is streamed with one request (`vidtx.storage.open_input`) and
+read as a stream, every member into memory, the frames member too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,6 +23,8 @@ from typing import Any
 
 import webdataset as wds
 
+from vidtx import storage
+from vidtx.locations import is_remote
 from vidtx.manifest import FRAMES_MEMBER
 
 
@@ -45,14 +51,15 @@ def _members(url: str) -> Iterator[dict[str, Any]]:
     A sample's members are held back until the next sample begins or the tar ends, so that a read
     error drops the sample it cut short (it may miss members) rather than pass on a part of it."""
     sample: list[dict[str, Any]] = []  # the members read so far of the sample being read
-    with tarfile.open(url, "r:") as archive:
+    remote = is_remote(url)
+    with _open_tar(url) as archive:
         for info in archive:
             if not info.isreg():
                 continue
             if sample and _key(info.name) != _key(sample[0]["fname"]):
                 yield from sample
                 sample = []
-            if info.name.partition(".")[2] == FRAMES_MEMBER:
+            if info.name.partition(".")[2] == FRAMES_MEMBER and not remote:
                 data: bytes | MemberRange = MemberRange(url, info.offset_data, info.size)
             else:
                 data = archive.extractfile(info).read()  # type: ignore[union-attr]
@@ -61,6 +68,17 @@ def _members(url: str) -> Iterator[dict[str, Any]]:
             sample.append({"fname": info.name, "data": data, "__url__": url})
     yield from sample
     yield {}
+
+
+@contextlib.contextmanager
+def _open_tar(url: str) -> Iterator[tarfile.TarFile]:
+    """A local tar opened for random access; one in a bucket as a stream of one request."""
+    if not is_remote(url):
+        with tarfile.open(url, "r:") as archive:
+            yield archive
+        return
+    with storage.open_input(url) as stream, tarfile.open(fileobj=stream, mode="r|") as archive:
+        yield archive
 
 
 def _key(name: str) -> str:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from vidtx import storage
 from vidtx.config import ConfigError, ShardConfig
+from vidtx.locations import Location, is_remote
 from vidtx.manifest import recorded_name, shard_name
 from vidtx.shard.records import normalise_split, relative_to_root
 from vidtx.shard.sources import Source, VideoRecord, read_source
@@ -117,9 +118,12 @@ def _pack(records: list[VideoRecord], max_samples: int, max_bytes: int) -> list[
     return groups
 
 
-def _check_output(output: Path) -> None:
+def _check_output(output: Location) -> None:
     """ConfigError before any work when `shard.output` cannot become a folder (it, or a parent of
-    it, is a file)."""
+    it, is a file); a `StorageError` naming it when its bucket cannot be used."""
+    if is_remote(output):
+        storage.check(output)
+        return
     existing = next(path for path in [output, *output.absolute().parents] if path.exists())
     if not existing.is_dir():
         raise ConfigError(f"shard.output {output}: {existing} is a file, not a folder")

@@ -14,7 +14,8 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from vidtx.files import write_text
+from vidtx import storage
+from vidtx.locations import Location, is_remote, join
 from vidtx.manifest import Manifest, recorded_name
 from vidtx.shard.records import Source, relative_to_root
 
@@ -23,15 +24,16 @@ IGNORED_FILE = "ignored.jsonl"
 log = logging.getLogger(__name__)
 
 
-def write_ignored(output: Path, source: Source) -> Path:
+def write_ignored(output: Location, source: Source) -> Location:
     """`<output>/ignored.jsonl` (empty when nothing was ignored, so a re-run never leaves a stale one)."""
-    output.mkdir(parents=True, exist_ok=True)
-    path = output / IGNORED_FILE
+    if not is_remote(output):
+        Path(output).mkdir(parents=True, exist_ok=True)
+    path = join(output, IGNORED_FILE)
     entries = [
         {"path": recorded_name(relative_to_root(item.path, source.root)), "reason": item.reason}
         for item in source.ignored
     ]
-    write_text(path, "".join(json.dumps(entry) + "\n" for entry in entries))
+    storage.write_text(path, "".join(json.dumps(entry) + "\n" for entry in entries))
     if entries:
         log.warning(
             "%d file(s) under %s ignored (not videos of the dataset): see %s", len(entries), source.root, path
@@ -39,11 +41,11 @@ def write_ignored(output: Path, source: Source) -> Path:
     return path
 
 
-def shard_summary(output: Path, manifests: Mapping[str, Manifest]) -> str:
+def shard_summary(output: Location, manifests: Mapping[str, Manifest]) -> str:
     """One line for `vidtx shard`: 'N found: S sharded, R rejected, I ignored (see .../ignored.jsonl)'."""
     sharded = sum(manifest.num_samples for manifest in manifests.values())
     rejected = sum(len(manifest.rejects) for manifest in manifests.values())
-    ignored_file = output / IGNORED_FILE
-    ignored = len(ignored_file.read_text().splitlines()) if ignored_file.is_file() else 0
+    ignored_file = join(output, IGNORED_FILE)
+    ignored = len(storage.read_text(ignored_file).splitlines()) if storage.is_file(ignored_file) else 0
     found = sharded + rejected + ignored
     return f"{found} found: {sharded} sharded, {rejected} rejected, {ignored} ignored (see {ignored_file})"

@@ -32,8 +32,10 @@ from pathlib import Path
 import webdataset as wds
 from pydantic import BaseModel, Field
 
+from vidtx import storage
 from vidtx.config import ShardConfig
-from vidtx.files import replaced, temporary_path, write_text
+from vidtx.files import replaced, temporary_path
+from vidtx.locations import Location, is_remote, join
 from vidtx.log import setup_logging, track
 from vidtx.manifest import (
     Manifest,
@@ -74,8 +76,8 @@ class ShardResult(BaseModel):
     reused: bool = Field(False, exclude=True)
 
 
-def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Path:
-    return cfg.output / spec.name.replace(".tar", ".stats.json")
+def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Location:
+    return join(cfg.output, spec.name.replace(".tar", ".stats.json"))
 
 
 def _file_state(path: Path) -> tuple[int, int] | None:
@@ -96,12 +98,13 @@ def shard_fingerprint(spec: ShardSpec, cfg: ShardConfig) -> str:
 
 
 def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResult | None:
-    """The recorded result when the shard on disk is complete, from this plan and intact."""
-    stats, tar = _stats_path(cfg, spec), cfg.output / spec.name
-    if not (stats.is_file() and tar.is_file()):
+    """The recorded result when the shard is complete, from this plan and intact (in a bucket: the
+    recorded size; an object is only ever whole, and checking its sha256 would download it)."""
+    stats, tar = _stats_path(cfg, spec), join(cfg.output, spec.name)
+    if not storage.is_file(stats) or (size := storage.size(tar)) is None:
         return None
-    result = ShardResult.model_validate_json(stats.read_text())
-    intact = tar.stat().st_size == result.bytes and file_sha256(tar) == result.sha256
+    result = ShardResult.model_validate_json(storage.read_text(stats))
+    intact = size == result.bytes and (is_remote(tar) or file_sha256(tar) == result.sha256)
     if result.fingerprint != fingerprint or not intact:
         return None
     return result.model_copy(update={"reused": True})
@@ -160,10 +163,23 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
     if done is not None:
         log.debug("%s: already complete, skipped", spec.name)
         return done
-    cfg.output.mkdir(parents=True, exist_ok=True)
     # The split's manifest no longer describes the tars once one is rewritten.
-    manifest_path(cfg.output, spec.split).unlink(missing_ok=True)
-    tar = cfg.output / spec.name
+    storage.delete(manifest_path(cfg.output, spec.split))
+    with storage.staged(join(cfg.output, spec.name)) as tar:
+        result = _write_tar(tar, spec, cfg, fingerprint)
+    storage.write_text(_stats_path(cfg, spec), result.model_dump_json(indent=2))  # after the tar
+    log.info(
+        "%s: %d samples, %d rejected, %.1f MB",
+        spec.name,
+        result.samples,
+        len(result.rejects),
+        result.bytes / 1e6,
+    )
+    return result
+
+
+def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResult:
+    """Write the shard's tar at `tar` (complete or absent) and return what it holds."""
     counts: Counter[str] = Counter()
     rejects = []
     with (
@@ -184,7 +200,7 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
                 continue
             _write_sample(writer, sample)
             counts[spec.class_names[item.label]] += 1
-    result = ShardResult(
+    return ShardResult(
         name=spec.name,
         split=spec.split,
         samples=sum(counts.values()),
@@ -195,11 +211,6 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
         class_names=list(spec.class_names),
         fingerprint=fingerprint,
     )
-    write_text(_stats_path(cfg, spec), result.model_dump_json(indent=2))
-    log.info(
-        "%s: %d samples, %d rejected, %.1f MB", spec.name, result.samples, len(rejects), result.bytes / 1e6
-    )
-    return result
 
 
 def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> Manifest:
@@ -209,7 +220,7 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
         raise ValueError(f"{split}: no shard results to finalize")
     class_names = results[0].class_names
     rejects = [reject for result in results for reject in result.rejects]
-    write_text(rejects_path(cfg.output, split), "".join(r.model_dump_json() + "\n" for r in rejects))
+    storage.write_text(rejects_path(cfg.output, split), "".join(r.model_dump_json() + "\n" for r in rejects))
     planned = sum(r.samples for r in results) + len(rejects)
     if planned and len(rejects) / planned > cfg.max_reject_fraction:
         reasons = ", ".join(f"{count} x {reason}" for reason, count in reason_counts(rejects))
@@ -276,8 +287,9 @@ def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
     except BaseException:
         # A worker removes its own on an error, but workers terminated with the pool cannot.
         for spec in specs:
-            for path in (cfg.output / spec.name, _stats_path(cfg, spec)):
-                temporary_path(path).unlink(missing_ok=True)
+            for path in (join(cfg.output, spec.name), _stats_path(cfg, spec)):
+                if not is_remote(path):  # in a bucket, nothing is temporary: uploads are whole
+                    temporary_path(Path(path)).unlink(missing_ok=True)
         raise
     splits = dict.fromkeys(spec.split for spec in specs)
     return {split: finalize_split(cfg, split, results) for split in splits}

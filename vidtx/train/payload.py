@@ -100,7 +100,12 @@ def run_folder(storage_path: str, run_name: str) -> str:
     return f"{storage_location(storage_path).rstrip('/')}/{run_name}"
 
 
-WORKER_ENV_VARS = ("MLFLOW_TRACKING_URI", "DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")
+# Not credentials: those come from each node's own environment (or its instance role), never from a
+# runtime environment that Ray shows in its dashboard.
+WORKER_ENV_VARS = (
+    *("MLFLOW_TRACKING_URI", "DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR"),
+    *("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"),
+)
 
 
 def worker_env() -> dict[str, str]:

@@ -12,17 +12,21 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from vidtx import storage
 from vidtx.config import DataConfig, PipelineConfig
+from vidtx.locations import Location, is_remote
 from vidtx.manifest import MANIFEST_SUFFIX, Manifest, find_splits, load_manifest, manifest_path
 
 logger = logging.getLogger(__name__)
 
 
-def require_split(shards: Path, split: str, field: str) -> Manifest:
-    """The manifest of `split`; when there is none, FileNotFoundError naming `field` and what is there."""
-    if not Path(shards).is_dir():
+def require_split(shards: Location, split: str, field: str) -> Manifest:
+    """The manifest of `split`; when there is none, FileNotFoundError naming `field` and what is there.
+    A bucket that cannot be used is a `StorageError` naming it (unreachable, refused, missing)."""
+    storage.check(shards)
+    if not is_remote(shards) and not Path(shards).is_dir():
         raise FileNotFoundError(f"data.shards {shards}: no such folder (write it with `vidtx shard`)")
-    if not manifest_path(shards, split).is_file():
+    if not storage.is_file(manifest_path(shards, split)):
         found = ", ".join(find_splits(shards)) or "none"
         raise FileNotFoundError(
             f"{field} {split!r}: no {split}{MANIFEST_SUFFIX} in {shards} (splits there: {found}); "
@@ -35,7 +39,7 @@ def training_splits(data: DataConfig) -> tuple[Manifest, bool]:
     """The training split's manifest (required) and whether the validation split exists; a missing
     one is logged once: the run trains without validation and keeps its latest checkpoints."""
     manifest = require_split(data.shards, data.train_split, "data.train_split")
-    validation = manifest_path(data.shards, data.val_split).is_file()
+    validation = storage.is_file(manifest_path(data.shards, data.val_split))
     if not validation:
         logger.warning(
             "data.val_split %r has no manifest in %s (splits there: %s): training without validation",

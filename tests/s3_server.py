@@ -1,0 +1,52 @@
+"""A real S3 server for the tests: moto's server mode, speaking HTTP on 127.0.0.1 (its in-process
+mocks are never used). Imported as `from s3_server import ...` (tests/ is on sys.path under pytest).
+
+What of S3 the tests rely on is what S3 itself guarantees and moto implements: an object appears
+only once its upload is complete (single PUT or multipart), single byte ranges per GET, listing by
+prefix. moto keeps objects in memory and checks no credentials unless asked to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def s3_server(port: int) -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1:`port` for the block; yields its endpoint URL."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"moto's S3 server did not start on 127.0.0.1:{port}")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def create_bucket(endpoint: str, name: str) -> str:
+    """Create bucket `name` on the server; returns its URL, `s3://name`."""
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=name)
+    return f"s3://{name}"

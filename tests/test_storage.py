@@ -1,0 +1,125 @@
+"""Shards and checkpoints in a bucket: one notion of a location (`vidtx.locations`), one client
+(`vidtx.storage`), against a real S3 server (moto's server mode on 127.0.0.1, `s3_endpoint`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from s3_server import free_port
+
+from vidtx import storage
+from vidtx.config import DataConfig, ShardConfig
+from vidtx.data.loader import build_eval_loader
+from vidtx.locations import join, location, name_of, parent_of
+from vidtx.manifest import damaged_shards, find_splits, load_manifest
+from vidtx.shard.writer import plan_dataset, shard_dataset, write_shard
+
+
+def test_a_location_is_a_path_here_or_a_url_in_a_bucket() -> None:
+    assert location("data/shards") == Path("data/shards")
+    assert location("file:///mnt/shards/") == Path("/mnt/shards")
+    assert location("s3://bucket/prefix/") == "s3://bucket/prefix"
+    assert location("gs://bucket") == "gs://bucket"
+    assert join("s3://bucket/prefix", "train-000000.tar") == "s3://bucket/prefix/train-000000.tar"
+    assert join(Path("/data"), "x.tar") == Path("/data/x.tar")
+    assert name_of("s3://bucket/prefix/x.tar") == "x.tar"
+    assert parent_of("s3://bucket/prefix/x.tar") == "s3://bucket/prefix"
+    for bad, reason in [
+        ("http://host/x", "unsupported storage scheme 'http'"),
+        ("s3:///x", "no bucket name"),
+    ]:
+        with pytest.raises(ValueError, match=reason):
+            location(bad)
+
+
+def test_shards_written_to_a_bucket_are_the_disks_bytes_and_a_rerun_reuses_them(
+    synthetic_shards: tuple[Path, Path], bucket_shards: str
+) -> None:
+    """Each tar is uploaded as one object, its marker after it, the manifests last; the same input
+    gives the same tars as on disk (the same content hash); a re-run finds every shard complete."""
+    videos, local = synthetic_shards
+    local_files = sorted(p.name for p in local.iterdir() if p.is_file())
+    assert storage.names(bucket_shards) == local_files
+    assert find_splits(bucket_shards) == ["train", "val"]
+    for split in ("train", "val"):
+        remote, disk = load_manifest(bucket_shards, split), load_manifest(local, split)
+        assert remote.content_hash == disk.content_hash
+        assert damaged_shards(remote) == []  # sizes and sha256 of the objects, read back
+    config = ShardConfig(source=videos / "annotations.csv", output=bucket_shards, max_samples_per_shard=5)
+    assert all(write_shard(spec, config).reused for spec in plan_dataset(config))
+    assert list(Path(tempfile.gettempdir()).glob("vidtx-upload-*")) == []  # no staging file left
+
+
+@pytest.mark.parametrize("store", ["video", "frames"])
+def test_the_loaders_read_a_bucket_as_they_read_a_disk(
+    synthetic_shards: tuple[Path, Path], frames_shards: Path, bucket_shards: str, bucket: str, store: str
+) -> None:
+    videos, local = synthetic_shards
+    if store == "frames":
+        local, remote = frames_shards, f"{bucket}/frames"
+        shard_dataset(
+            ShardConfig(
+                source=videos / "annotations.csv",
+                output=remote,
+                store="frames",
+                short_side=32,
+                max_samples_per_shard=5,
+                processes=1,
+            )
+        )
+    else:
+        remote = bucket_shards
+    data = DataConfig(shards=local, num_frames=4, short_side=32, crop_size=32, num_workers=0)
+    batches = [
+        list(build_eval_loader(config, "val", batch_size=4, num_clips=2))
+        for config in (data, data.model_copy(update={"shards": location(remote)}))
+    ]
+    assert len(batches[0]) == len(batches[1]) == 3  # 12 videos
+    for (views, labels, keys), (bucket_views, bucket_labels, bucket_keys) in zip(*batches, strict=True):
+        assert keys == bucket_keys
+        assert torch.equal(labels, bucket_labels)
+        assert torch.equal(views, bucket_views)
+
+
+DEMO = Path(__file__).parents[1] / "configs/experiments/demo.yaml"
+
+
+def run_vidtx(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "vidtx", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=os.environ | env)
+
+
+def test_a_bucket_that_cannot_be_used_is_one_line_naming_it(
+    synthetic_shards: tuple[Path, Path], s3_endpoint: str, tmp_path: Path
+) -> None:
+    """A missing bucket or an endpoint that does not answer: one line, exit 1, before any work."""
+    videos, _ = synthetic_shards
+    annotations = str(videos / "annotations.csv")
+    closed = f"http://127.0.0.1:{free_port()}"
+    cases = [
+        (["shard", annotations, "s3://no-such-bucket/shards"], {}, "s3://no-such-bucket/shards: no bucket"),
+        (
+            ["shard", annotations, "s3://any/shards"],
+            {"AWS_ENDPOINT_URL": closed},
+            f"cannot reach the storage endpoint {closed}",
+        ),
+        (
+            ["train", str(DEMO), "--set=data.shards=s3://no-such-bucket/shards", f"--set=workdir={tmp_path}"],
+            {},
+            "s3://no-such-bucket/shards: no bucket",
+        ),
+    ]
+    for args, env, message in cases:
+        result = run_vidtx(*args, **env)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 1, result.stderr
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("error: ")
+        assert message in lines[0]
+        assert os.environ["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
