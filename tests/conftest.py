@@ -233,11 +233,17 @@ def prefect_api() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
+def s3_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The request log of the session's S3 server (`s3_server.requests` reads it)."""
+    return tmp_path_factory.mktemp("s3") / "requests.log"
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(s3_log: Path) -> Iterator[str]:
     """The session's S3 server, at the AWS_ENDPOINT_URL set above."""
     from s3_server import s3_server
 
-    with s3_server(int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])) as endpoint:
+    with s3_server(int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), s3_log) as endpoint:
         yield endpoint
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -23,13 +24,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def s3_server(port: int) -> Iterator[str]:
-    """moto's S3 server on 127.0.0.1:`port` for the block; yields its endpoint URL."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def s3_server(port: int, log: Path) -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1:`port` for the block, its request log in `log`; yields its
+    endpoint URL."""
+    with log.open("ab") as output:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=output,
+            stderr=output,
+        )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -42,6 +45,12 @@ def s3_server(port: int) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def requests(log: Path, since: int = 0) -> list[str]:
+    """'METHOD /bucket/key' of each request the server logged after byte `since` of its log."""
+    lines = log.read_bytes()[since:].decode(errors="replace").splitlines()
+    return [" ".join(line.split('"')[1].split()[:2]) for line in lines if line.count('"') >= 2]
 
 
 def create_bucket(endpoint: str, name: str) -> str:

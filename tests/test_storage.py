@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from s3_server import free_port
+from s3_server import free_port, requests
 
 from vidtx import storage
 from vidtx.config import DataConfig, ShardConfig
@@ -58,8 +58,15 @@ def test_shards_written_to_a_bucket_are_the_disks_bytes_and_a_rerun_reuses_them(
 
 @pytest.mark.parametrize("store", ["video", "frames"])
 def test_the_loaders_read_a_bucket_as_they_read_a_disk(
-    synthetic_shards: tuple[Path, Path], frames_shards: Path, bucket_shards: str, bucket: str, store: str
+    synthetic_shards: tuple[Path, Path],
+    frames_shards: Path,
+    bucket_shards: str,
+    bucket: str,
+    s3_log: Path,
+    store: str,
 ) -> None:
+    """The same views from a bucket as from disk; a frames-store clip costs one ranged request (its
+    tar's `MemberIndex` gives the frames' bytes), a video-store tar one streamed request."""
     videos, local = synthetic_shards
     if store == "frames":
         local, remote = frames_shards, f"{bucket}/frames"
@@ -85,6 +92,15 @@ def test_the_loaders_read_a_bucket_as_they_read_a_disk(
         assert keys == bucket_keys
         assert torch.equal(labels, bucket_labels)
         assert torch.equal(views, bucket_views)
+    mark = s3_log.stat().st_size
+    list(build_eval_loader(data.model_copy(update={"shards": location(remote)}), "val", batch_size=4))
+    made = [request for request in requests(s3_log, mark) if ".tar" in request]
+    tars = {request.split()[1] for request in made}
+    if store == "frames":  # one ranged GET per clip (12); a HEAD when a process first opens a tar
+        assert sum(m.startswith("GET") for m in made) == 12
+        assert sum(m.startswith("HEAD") for m in made) <= len(tars)
+    else:  # one streamed GET per tar (of at most 8 MiB)
+        assert sum(m.startswith("GET") for m in made) == len(tars)
 
 
 DEMO = Path(__file__).parents[1] / "configs/experiments/demo.yaml"

@@ -22,10 +22,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from vidtx import storage
-from vidtx.locations import Location, join
+from vidtx.locations import Location, is_remote, join
 
 MANIFEST_SUFFIX = ".manifest.json"
 REJECTS_SUFFIX = ".rejects.jsonl"
+INDEX_SUFFIX = ".index.json"
 # A sample of the video store holds the video under its container's extension (mp4 after a re-encode);
 # one of the frames store holds the JPEG frames back to back under FRAMES_MEMBER, their byte offsets
 # in its json ("offsets", one per frame plus the end).
@@ -53,6 +54,27 @@ def check_split(split: str) -> str:
 def shard_name(split: str, index: int) -> str:
     """`<split>-NNNNNN.tar`, the name of a split's tar in the shard folder."""
     return f"{check_split(split)}-{index:06d}.tar"
+
+
+def index_name(tar_name: str) -> str:
+    """`<split>-NNNNNN.index.json`, the `MemberIndex` beside a frames-store tar."""
+    return tar_name.removesuffix(".tar") + INDEX_SUFFIX
+
+
+class IndexedSample(BaseModel):
+    """One sample of a frames-store tar, as its `MemberIndex` records it."""
+
+    key: str  # the sample's key in the tar
+    meta: str  # its json member, as text
+    frames: tuple[int, int]  # (offset in the tar, size) of its frames member's bytes
+
+
+class MemberIndex(BaseModel):
+    """Where the members of a frames-store tar are, written beside it by the sharding job. A reader of
+    a bucket reads this once per shard and then only the byte ranges of the frames a clip samples
+    (one request per clip), never the rest of the tar."""
+
+    samples: list[IndexedSample]
 
 
 def recorded_name(text: str) -> str:
@@ -142,10 +164,13 @@ class Manifest(BaseModel):
 
 
 def file_sha256(path: Location) -> str:
-    """The sha256 of a file, local or in a bucket (read front to back once)."""
+    """The sha256 of a file, local or in a bucket (read front to back once, in small blocks)."""
+    if not is_remote(path):
+        with Path(path).open("rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()
     digest = hashlib.sha256()
     with storage.open_input(path) as file:
-        while chunk := file.read(1 << 22):
+        while chunk := file.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
 

@@ -174,25 +174,44 @@ def delete(where: Location) -> None:
         raise StorageError(describe(where, err)) from None
 
 
+STREAM_CHUNK = 8 << 20  # bytes per request of a stream read from a bucket
+
+
 def open_input(where: Location) -> fs.NativeFile:
-    """A file object that reads `where` front to back with one request (a bucket: one GET)."""
+    """A file object that reads `where` front to back; from a bucket one ranged GET per 8 MiB
+    (a read of pyarrow's S3 stream is a request of its own: tarfile's 10 KiB reads were one each)."""
     client, path = filesystem(where)
     try:
-        return client.open_input_stream(path)
+        return client.open_input_stream(path, buffer_size=STREAM_CHUNK if is_remote(where) else None)
     except FileNotFoundError:
         raise FileNotFoundError(f"{where}: no such object") from None
     except OSError as err:
         raise StorageError(describe(where, err)) from None
 
 
-def read_ranges(where: Location, ranges: list[tuple[int, int]]) -> list[bytes]:
-    """The bytes [start, end) of the file at `where` for each range (a bucket: one ranged GET each)."""
+@functools.lru_cache(maxsize=16)
+def _opened(where: str, endpoint_url: str | None) -> fs.NativeFile:
+    """A file of a bucket opened for ranged reads (a HEAD request), kept open for the next reads:
+    a process reads many clips of few shards at a time."""
     client, path = filesystem(where)
+    return client.open_input_file(path)
+
+
+def read_range(where: Location, start: int, end: int) -> bytes:
+    """The bytes [start, end) of the file at `where`; in a bucket one ranged GET (and a HEAD when the
+    process opens the file, once for its next reads)."""
     try:
-        with client.open_input_file(path) as file:
-            return [file.read_at(end - start, start) for start, end in ranges]
+        if not is_remote(where):
+            with open(where, "rb") as file:
+                file.seek(start)
+                data = file.read(end - start)
+        else:
+            data = _opened(str(where), endpoint()).read_at(end - start, start)
     except OSError as err:
         raise StorageError(describe(where, err)) from None
+    if len(data) != end - start:
+        raise StorageError(f"{where}: {len(data)} bytes at {start}, not {end - start} (truncated)")
+    return data
 
 
 def check(where: Location) -> None:

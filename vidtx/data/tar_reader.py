@@ -8,8 +8,10 @@ the frames member is not read at all but handed on as a `MemberRange` (its file,
 from which a clip reads only its frames. The members then go through webdataset's own
 `group_by_keys` into samples, as with `webdataset.tarfile_to_samples`.
 
-A shard in a bucket (`s3://`, `gs://`) is streamed with one request (`vidtx.storage.open_input`) and
-read as a stream, every member into memory, the frames member too.
+A shard in a bucket (`s3://`, `gs://`): a frames-store tar is not opened at all. Its `MemberIndex`
+(`<name>.index.json`, one request per shard) gives each sample's key, json and frames range, and a
+clip's frames are one ranged request (first to last sampled frame). A video-store tar (or a frames
+tar without an index) is streamed with one request and read as a stream.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from typing import Any
 import webdataset as wds
 
 from vidtx import storage
-from vidtx.locations import is_remote
-from vidtx.manifest import FRAMES_MEMBER
+from vidtx.locations import is_remote, join, name_of, parent_of
+from vidtx.manifest import FRAMES_MEMBER, MemberIndex, index_name
+from vidtx.media.decode import VideoDecodeError
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,15 @@ class MemberRange:
     size: int
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes [start, end) of the member for each range, from one open file."""
+        """The bytes [start, end) of the member for each range, from one open file; in a bucket, one
+        request for the span of all of them (a read that fails: `VideoDecodeError`, the sample is skipped)."""
+        if is_remote(self.path):
+            first, last = min(start for start, _ in ranges), max(end for _, end in ranges)
+            try:
+                span = storage.read_range(self.path, self.offset + first, self.offset + last)
+            except OSError as err:
+                raise VideoDecodeError(f"frames not read: {err}") from err
+            return [span[start - first : end - first] for start, end in ranges]
         descriptor = os.open(self.path, os.O_RDONLY)
         try:
             return [os.pread(descriptor, end - start, self.offset + start) for start, end in ranges]
@@ -50,6 +61,17 @@ def _members(url: str) -> Iterator[dict[str, Any]]:
 
     A sample's members are held back until the next sample begins or the tar ends, so that a read
     error drops the sample it cut short (it may miss members) rather than pass on a part of it."""
+    if is_remote(url) and (index := _member_index(url)) is not None:
+        for indexed in index.samples:
+            offset, size = indexed.frames
+            yield {"fname": f"{indexed.key}.json", "data": indexed.meta.encode(), "__url__": url}
+            yield {
+                "fname": f"{indexed.key}.{FRAMES_MEMBER}",
+                "data": MemberRange(url, offset, size),
+                "__url__": url,
+            }
+        yield {}
+        return
     sample: list[dict[str, Any]] = []  # the members read so far of the sample being read
     remote = is_remote(url)
     with _open_tar(url) as archive:
@@ -68,6 +90,16 @@ def _members(url: str) -> Iterator[dict[str, Any]]:
             sample.append({"fname": info.name, "data": data, "__url__": url})
     yield from sample
     yield {}
+
+
+def _member_index(url: str) -> MemberIndex | None:
+    """The `MemberIndex` beside a tar in a bucket; None when there is none (a video-store tar)."""
+    try:
+        return MemberIndex.model_validate_json(
+            storage.read_bytes(join(parent_of(url), index_name(name_of(url))))
+        )
+    except FileNotFoundError:
+        return None
 
 
 @contextlib.contextmanager

@@ -20,10 +20,8 @@ No single video or annotation row stops the job: bad ones are rejects with a rea
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
-import tarfile
 from collections import Counter
 from functools import partial
 from multiprocessing import current_process
@@ -43,6 +41,7 @@ from vidtx.manifest import (
     ShardInfo,
     content_hash,
     file_sha256,
+    index_name,
     manifest_path,
     reason_counts,
     rejects_path,
@@ -51,6 +50,7 @@ from vidtx.processes import forkserver_context, sigterm_raises
 from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards, read_dataset
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
 from vidtx.shard.report import write_ignored
+from vidtx.shard.tars import member_index, write_sample
 
 log = logging.getLogger(__name__)
 
@@ -137,24 +137,6 @@ def _sample(
     return {"__key__": item.key, **video.members, "json": json.dumps(meta, sort_keys=True).encode()}
 
 
-def _write_sample(writer: wds.TarWriter, sample: dict[str, str | bytes | Path]) -> None:
-    """What `writer.write(sample)` writes (members sorted by name, TarWriter's header fields), except
-    that a member given as a file is streamed from disk rather than read whole: a video can be larger
-    than memory."""
-    key = sample["__key__"]
-    for name in sorted(name for name in sample if name != "__key__"):
-        content = sample[name]
-        info = tarfile.TarInfo(f"{key}.{name}")
-        info.mtime, info.mode, info.uname, info.gname = writer.mtime, writer.mode, writer.user, writer.group
-        if isinstance(content, Path):
-            info.size = content.stat().st_size
-            with content.open("rb") as file:
-                writer.tarstream.addfile(info, file)
-        else:
-            info.size = len(content)
-            writer.tarstream.addfile(info, io.BytesIO(content))
-
-
 def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
     """Write one shard (idempotent: a finished, intact shard from the same plan is not rewritten);
     a video whose probe (and re-encode) takes more than `cfg.probe_timeout_s` is rejected."""
@@ -167,6 +149,9 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
     storage.delete(manifest_path(cfg.output, spec.split))
     with storage.staged(join(cfg.output, spec.name)) as tar:
         result = _write_tar(tar, spec, cfg, fingerprint)
+        index = member_index(tar) if cfg.store == "frames" else None
+    if index is not None:  # before the marker: a shard with a marker has its index
+        storage.write_text(join(cfg.output, index_name(spec.name)), index.model_dump_json())
     storage.write_text(_stats_path(cfg, spec), result.model_dump_json(indent=2))  # after the tar
     log.info(
         "%s: %d samples, %d rejected, %.1f MB",
@@ -198,7 +183,7 @@ def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -
                 )
                 log.warning("%s: rejected %s: %s", spec.name, item.source, err)
                 continue
-            _write_sample(writer, sample)
+            write_sample(writer, sample)
             counts[spec.class_names[item.label]] += 1
     return ShardResult(
         name=spec.name,
