@@ -31,6 +31,7 @@ BENCHMARKS = [
     "data_loading",
     "reencode_settings",
     "frames_store",
+    "object_storage",
     "sharding",
     "training_overhead",
     "temporal_reasoning",

@@ -3,8 +3,7 @@
 import os
 import secrets
 
-from s3_server import free_port
-
+from infra.local.s3_server import free_port
 from vidtx.env import apply_defaults
 
 apply_defaults()
@@ -241,7 +240,7 @@ def s3_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def s3_endpoint(s3_log: Path) -> Iterator[str]:
     """The session's S3 server, at the AWS_ENDPOINT_URL set above."""
-    from s3_server import s3_server
+    from infra.local.s3_server import s3_server
 
     with s3_server(int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), s3_log) as endpoint:
         yield endpoint
@@ -252,7 +251,7 @@ def bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
     """A new, empty bucket for the test: `s3://<name>`."""
     import re
 
-    from s3_server import create_bucket
+    from infra.local.s3_server import create_bucket
 
     name = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:50] + f"-{secrets.token_hex(3)}"
     return create_bucket(s3_endpoint, name)
@@ -262,8 +261,7 @@ def bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
 def bucket_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
     """The session's synthetic videos sharded into a bucket as `synthetic_shards` are on disk (video
     store, 5 samples per shard): `s3://session-shards/shards`."""
-    from s3_server import create_bucket
-
+    from infra.local.s3_server import create_bucket
     from vidtx.config import ShardConfig
     from vidtx.shard.writer import shard_dataset
 

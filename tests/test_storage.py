@@ -7,15 +7,18 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
-from s3_server import free_port, requests
 
+from infra.local.s3_server import free_port, requests
 from vidtx import storage
 from vidtx.config import DataConfig, ShardConfig
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.locations import join, location, name_of, parent_of
 from vidtx.manifest import damaged_shards, find_splits, load_manifest
 from vidtx.shard.writer import plan_dataset, shard_dataset, write_shard
@@ -139,3 +142,32 @@ def test_a_bucket_that_cannot_be_used_is_one_line_naming_it(
         assert lines[0].startswith("error: ")
         assert message in lines[0]
         assert os.environ["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
+
+
+def test_a_server_that_pauses_mid_epoch_only_delays_the_loader(bucket_shards: str, s3_endpoint: str) -> None:
+    """The S3 server stopped (SIGSTOP) for 3 s while the training loader reads: the requests wait,
+    the epoch ends with every batch, none skipped."""
+    data = DataConfig(
+        shards=location(bucket_shards), num_frames=4, short_side=32, crop_size=32, num_workers=0
+    )
+    server = next(p for p in psutil.Process().children() if "moto.server" in " ".join(p.cmdline()))
+    loader = build_train_loader(data, batch_size=2, seed=0)
+    batches = iter(loader)
+    labels = [next(batches)[1]]
+    server.suspend()
+    threading.Timer(3.0, server.resume).start()
+    started = time.monotonic()
+    labels += [batch[1] for batch in batches]
+    assert time.monotonic() - started >= 2.5  # it waited for the server
+    assert len(labels) == len(loader) == 12  # 24 training videos on one rank, 2 per batch: every batch
+
+
+def test_inspect_checks_the_shards_of_a_bucket_and_writes_its_contact_sheets_there(
+    bucket_shards: str,
+) -> None:
+    sheets = f"{parent_of(bucket_shards)}/sheets"
+    result = run_vidtx("inspect", bucket_shards, "--videos", "2", "--frames", "2", "--output", sheets)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("shards intact") == 2  # train and val: sizes and sha256 read back
+    assert storage.names(sheets) == ["train.contact.png", "val.contact.png"]
+    assert storage.read_bytes(join(sheets, "val.contact.png")).startswith(b"\x89PNG")

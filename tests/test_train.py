@@ -29,7 +29,7 @@ from vidtx.config import PipelineConfig, ShardConfig, dump_config
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
-from vidtx.locations import join, location, parent_of
+from vidtx.locations import Location, join, location, parent_of
 from vidtx.manifest import load_manifest
 from vidtx.shard.writer import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
@@ -175,12 +175,12 @@ def test_restarted_run_continues_from_its_checkpoint(tiny_dataset: PipelineConfi
     assert history(second, "train/samples_seen")[6] == 6 * 2 * config.train.micro_batch_size
 
 
-def registered_checkpoints(run_dir: Path) -> list[int]:
+def registered_checkpoints(run_dir: Location) -> list[int]:
     """The steps of the checkpoints Ray Train's controller has registered for the run in `run_dir`
     (its `checkpoint_manager_snapshot.json`, Ray 2.60). Workers report checkpoints asynchronously:
     only a registered one survives a kill, so the kill tests wait for one."""
     try:
-        snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
+        snapshot = json.loads(storage.read_text(join(run_dir, "checkpoint_manager_snapshot.json")))
     except (FileNotFoundError, json.JSONDecodeError):  # not yet written, or being replaced
         return []
     return [result["metrics"]["step"] for result in snapshot["checkpoint_results"]]
@@ -190,7 +190,7 @@ def trained_until(config: PipelineConfig, run_name: str, step: int, running: Cal
     """Wait (5 min at most, while `running()`) until the run has logged `step` and Ray has registered
     one of its checkpoints; whether it got there."""
     client = MlflowClient(f"sqlite:///{config.workdir.resolve() / 'mlflow.db'}")
-    run_dir = Path(config.train.storage_path) / run_name
+    run_dir = join(location(config.train.storage_path), run_name)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and running():
         runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
@@ -215,13 +215,16 @@ def _kill_a_worker_after(config: PipelineConfig, step: int, killed: list[int]) -
 
 
 def test_killed_worker_restarts_from_the_latest_checkpoint(
-    tiny_dataset: PipelineConfig, tmp_path: Path
+    tiny_dataset: PipelineConfig, tmp_path: Path, bucket: str
 ) -> None:
+    """A worker SIGKILLed mid-run: Ray Train restarts the group, which resumes from the latest
+    registered checkpoint, kept in a bucket of the session's S3 server (nothing on local disk)."""
     # few steps that prove the resume: checkpoints every 6, the kill once step 12 is logged and a
     # checkpoint registered
     config = run_config(
         tiny_dataset, tmp_path, max_steps=24, checkpoint_every=6, max_failures=1, precision="fp32"
     )
+    config.train.storage_path = f"{bucket}/runs"
     killed: list[int] = []
     killer = threading.Thread(target=_kill_a_worker_after, args=(config, 12, killed), daemon=True)
     killer.start()
@@ -240,6 +243,8 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
     assert history(result, "train/samples_seen")[24] == 24 * 2 * config.train.micro_batch_size
     client = MlflowClient(result.tracking_uri)
     assert len(client.search_runs([client.get_run(result.mlflow_run_id).info.experiment_id])) == 1
+    assert result.checkpoint.startswith(f"{bucket}/runs/killed/checkpoint-")
+    assert not (tmp_path / "ray").exists()
 
 
 def start_training_until(

@@ -117,11 +117,11 @@ def shard(
 
 @app.command()
 def inspect(
-    shards: Annotated[Path, typer.Argument(help="Shard folder or a <split>.manifest.json in it.")],
+    shards: Annotated[str, typer.Argument(help="Shard folder, bucket prefix or a <split>.manifest.json.")],
     splits: Annotated[list[str] | None, typer.Option("--split", help="Split (repeatable).")] = None,
     videos: Annotated[int, typer.Option(help="Videos in the contact sheet (0: none).")] = 4,
     frames: Annotated[int, typer.Option(help="Frames per video in the contact sheet.")] = 8,
-    output: Annotated[Path | None, typer.Option(help="Contact sheet folder (default: SHARDS).")] = None,
+    output: Annotated[str | None, typer.Option(help="Contact sheet folder (default: SHARDS).")] = None,
 ) -> None:
     """Summarise sharded splits (counts, classes, rejects), check every shard against its manifest
     (size and sha256) and save a PNG contact sheet of each split; exit code 1 if a shard is damaged."""

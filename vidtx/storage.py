@@ -39,6 +39,9 @@ def endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
 
 
+RETRY_ATTEMPTS = 8  # tries of one S3 request before its error is raised
+
+
 @functools.cache
 def _filesystem(scheme: str, endpoint_url: str | None, region: str | None) -> fs.FileSystem:
     if scheme == "gs":
@@ -47,7 +50,15 @@ def _filesystem(scheme: str, endpoint_url: str | None, region: str | None) -> fs
     if endpoint_url:
         parts = urlsplit(endpoint_url)
         options |= {"endpoint_override": parts.netloc or parts.path, "scheme": parts.scheme or "https"}
-    return fs.S3FileSystem(**options, connect_timeout=5, request_timeout=30)
+    # Transient errors (5xx, throttling, a reset or refused connection) are retried by the AWS SDK with
+    # exponential backoff (its standard strategy: up to 20 s between tries); a request waits up to
+    # 30 s for an answer, so a server that pauses for a few seconds costs only that time.
+    return fs.S3FileSystem(
+        **options,
+        connect_timeout=5,
+        request_timeout=30,
+        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=RETRY_ATTEMPTS),
+    )
 
 
 def filesystem(where: Location) -> tuple[fs.FileSystem, str]:

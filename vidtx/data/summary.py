@@ -6,16 +6,17 @@ import itertools
 import logging
 from collections.abc import Callable, Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import webdataset as wds
 from matplotlib.figure import Figure  # no pyplot: no global backend, no display needed
 
+from vidtx import storage
 from vidtx.data.loader import SAMPLE_ERRORS, log_and_continue, open_sample, sample_name
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.tar_reader import tar_samples
+from vidtx.locations import Location, join, location, name_of, parent_of
 from vidtx.manifest import (
     MANIFEST_SUFFIX,
     Manifest,
@@ -60,8 +61,8 @@ def _sheet_rows(
 
 
 def contact_sheet(
-    manifest: Manifest, output: Path, *, num_videos: int = 4, num_frames: int = 8, short_side: int = 128
-) -> Path:
+    manifest: Manifest, output: Location, *, num_videos: int = 4, num_frames: int = 8, short_side: int = 128
+) -> Location:
     """A PNG with one row per video (the first `num_videos` of the split) of `num_frames` frames
     spread over the whole video, titled with the label; returns the path written."""
     rows = list(itertools.islice(_sheet_rows(manifest, num_frames, short_side), num_videos))
@@ -74,24 +75,27 @@ def contact_sheet(
         for column, frame in enumerate(frames):
             axes[row, column].imshow(frame)
     figure.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=100)
+    with storage.staged(output) as local:  # a bucket: uploaded once written
+        figure.savefig(local, dpi=100)
     return output
 
 
 def inspect_shards(
-    shards: Path,
+    shards: str | Location,
     splits: list[str] | None,
     echo: Callable[[str], object],
     *,
     videos: int = 4,
     frames: int = 8,
-    output: Path | None = None,
+    output: str | Location | None = None,
 ) -> list[str]:
     """`vidtx inspect`: echo each split's summary and shard check, save its contact sheet (unless
-    `videos` is 0); returns the damaged shards found. `shards` may be a manifest file, for its split."""
-    if shards.is_file():
-        shards, splits = shards.parent, [shards.name.removesuffix(MANIFEST_SUFFIX)]
+    `videos` is 0); returns the damaged shards found. `shards` may be a manifest file, for its split;
+    either may be in a bucket."""
+    shards, output = location(shards), location(output) if output else None
+    storage.check(shards)
+    if storage.is_file(shards):
+        shards, splits = parent_of(shards), [name_of(shards).removesuffix(MANIFEST_SUFFIX)]
     splits = splits or find_splits(shards)
     if not splits:
         raise FileNotFoundError(f"{shards}: no <split>{MANIFEST_SUFFIX} found")
@@ -103,6 +107,6 @@ def inspect_shards(
         echo("\n".join(f"  damaged: {problem}" for problem in problems) or "  shards intact")
         damaged += problems
         if videos > 0:
-            sheet = (output or shards) / f"{split}.contact.png"
+            sheet = join(output or shards, f"{split}.contact.png")
             echo(f"contact sheet: {contact_sheet(manifest, sheet, num_videos=videos, num_frames=frames)}")
     return damaged

@@ -1,5 +1,6 @@
-"""A real S3 server for the tests: moto's server mode, speaking HTTP on 127.0.0.1 (its in-process
-mocks are never used). Imported as `from s3_server import ...` (tests/ is on sys.path under pytest).
+"""A local S3 server: moto's server mode, speaking HTTP on 127.0.0.1 (its in-process mocks are never
+used). The tests start one per session (`tests/conftest.py`), the object-storage benchmark one per
+run; `make s3` runs one in the foreground for people.
 
 What of S3 the tests rely on is what S3 itself guarantees and moto implements: an object appears
 only once its upload is complete (single PUT or multipart), single byte ranges per GET, listing by
