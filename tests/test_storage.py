@@ -171,3 +171,32 @@ def test_inspect_checks_the_shards_of_a_bucket_and_writes_its_contact_sheets_the
     assert result.stdout.count("shards intact") == 2  # train and val: sizes and sha256 read back
     assert storage.names(sheets) == ["train.contact.png", "val.contact.png"]
     assert storage.read_bytes(join(sheets, "val.contact.png")).startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+def test_a_shard_job_killed_mid_upload_leaves_only_whole_shards_and_the_rerun_finishes(
+    synthetic_shards: tuple[Path, Path], bucket: str, tmp_path: Path
+) -> None:
+    """SIGKILL once the first marker is in the bucket: no manifest, every tar there is whole (an
+    object appears only once uploaded), and a re-run completes the splits with the disk's tars."""
+    videos, local = synthetic_shards
+    target = f"{bucket}/shards"
+    command = [sys.executable, "-m", "vidtx", "shard", str(videos / "annotations.csv"), target]
+    command += ["--set=shard.max_samples_per_shard=5", "--set=shard.processes=1"]
+    (tmp_path / "tmp").mkdir()
+    environment = os.environ | {"TMPDIR": str(tmp_path / "tmp")}  # where its staging folder is left
+    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
+    deadline = time.monotonic() + 120
+    while not storage.names(target, ".stats.json") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    job.kill()
+    job.wait()
+    written = storage.names(target)
+    markers = [name for name in written if name.endswith(".stats.json")]
+    assert 0 < len(markers) < 8, "the job must be killed part-way"
+    assert not [name for name in written if name.endswith(".manifest.json")]
+    for name in (name for name in written if name.endswith(".tar")):
+        assert storage.read_bytes(join(target, name)) == (local / name).read_bytes()
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    for split in ("train", "val"):
+        assert load_manifest(target, split).content_hash == load_manifest(local, split).content_hash
