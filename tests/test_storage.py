@@ -11,11 +11,12 @@ import threading
 import time
 from pathlib import Path
 
+import boto3
 import psutil
 import pytest
 import torch
 
-from infra.local.s3_server import free_port, requests
+from infra.local.s3_server import create_user, free_port, requests, s3_server
 from vidtx import storage
 from vidtx.config import DataConfig, ShardConfig
 from vidtx.data.loader import build_eval_loader, build_train_loader
@@ -200,3 +201,32 @@ def test_a_shard_job_killed_mid_upload_leaves_only_whole_shards_and_the_rerun_fi
     subprocess.run(command, check=True, capture_output=True, timeout=300)
     for split in ("train", "val"):
         assert load_manifest(target, split).content_hash == load_manifest(local, split).content_hash
+
+
+def test_refused_credentials_are_one_line_naming_the_url(
+    synthetic_shards: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """On a server that checks signatures: the right keys shard into the bucket, a wrong secret is one
+    line (exit 1) that names the URL and never the secret."""
+    videos, _ = synthetic_shards
+    port = free_port()
+    with s3_server(port, tmp_path / "requests.log", authenticated_after=3) as endpoint:
+        key_id, secret = create_user(endpoint, "vidtx")
+        keys = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
+        boto3.client(
+            "s3", endpoint_url=endpoint, aws_access_key_id=key_id, aws_secret_access_key=secret
+        ).create_bucket(Bucket="signed")
+        arguments = [
+            "shard",
+            str(videos / "annotations.csv"),
+            "s3://signed/shards",
+            "--set=shard.processes=1",
+        ]
+        assert run_vidtx(*arguments, **keys).returncode == 0
+        wrong = "not-the-secret-" + secret[:4]
+        result = run_vidtx(*arguments, **(keys | {"AWS_SECRET_ACCESS_KEY": wrong}))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: s3://signed/shards: access denied at {endpoint} (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+    ]
+    assert wrong not in result.stdout + result.stderr

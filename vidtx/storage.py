@@ -69,12 +69,13 @@ def filesystem(where: Location) -> tuple[fs.FileSystem, str]:
     return _filesystem(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION")), path.rstrip("/")
 
 
-def _info(where: Location) -> fs.FileInfo:
+def _info(where: Location, named: Location | None = None) -> fs.FileInfo:
+    """The client's FileInfo of `where`; an error is one line naming `named` (default: `where`)."""
     client, path = filesystem(where)
     try:
         return client.get_file_info(path)
     except OSError as err:
-        raise StorageError(describe(where, err)) from None
+        raise StorageError(describe(named or where, err)) from None
 
 
 def exists(where: Location) -> bool:
@@ -231,7 +232,7 @@ def check(where: Location) -> None:
     if not is_remote(where):
         return
     scheme, bucket = bucket_of(str(where))
-    if _info(f"{scheme}://{bucket}").type == fs.FileType.NotFound:
+    if _info(f"{scheme}://{bucket}", named=where).type == fs.FileType.NotFound:
         raise StorageError(f"{where}: no bucket {bucket!r} at {endpoint() or 'the default endpoint'}")
 
 
