@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vidtx.tracking",),
     ("vidtx.eval",),
     ("vidtx.data", "vidtx.shard", "vidtx.model_factory"),
-    ("vidtx.manifest", "vidtx.media", "vidtx.models"),
+    ("vidtx.manifest", "vidtx.media", "vidtx.models", "vidtx.cache"),
     ("vidtx.storage",),
     ("vidtx.nn", "vidtx.config", "vidtx.markdown", "vidtx.ray_session", "vidtx.processes", "vidtx.files"),
     ("vidtx.log", "vidtx.env", "vidtx.locations"),

@@ -230,3 +230,39 @@ def test_refused_credentials_are_one_line_naming_the_url(
         f"error: s3://signed/shards: access denied at {endpoint} (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
     ]
     assert wrong not in result.stdout + result.stderr
+
+
+def test_a_cache_folder_keeps_the_shards_read_from_a_bucket_within_its_limit(
+    synthetic_shards: tuple[Path, Path], bucket_shards: str, s3_log: Path, tmp_path: Path
+) -> None:
+    """`data.cache_dir`: the first pass downloads each tar once (checked against the object's size),
+    the next reads the copies (a HEAD per tar, no GET); past `cache_gb` the least recently used go."""
+    _, local = synthetic_shards
+    remote = load_manifest(bucket_shards, "val")
+    cache = tmp_path / "cache"
+    data = DataConfig(
+        shards=location(bucket_shards),
+        num_frames=4,
+        short_side=32,
+        crop_size=32,
+        num_workers=0,
+        cache_dir=cache,
+    )
+    reference = list(
+        build_eval_loader(data.model_copy(update={"shards": local, "cache_dir": None}), "val", batch_size=4)
+    )
+    for pass_index in range(2):
+        mark = s3_log.stat().st_size
+        batches = list(build_eval_loader(data, "val", batch_size=4))
+        assert [keys for _, _, keys in batches] == [keys for _, _, keys in reference]
+        assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, reference, strict=True))
+        tar_gets = [r for r in requests(s3_log, mark) if r.startswith("GET") and r.endswith(".tar")]
+        assert len(tar_gets) == (len(remote.shards) if pass_index == 0 else 0)
+    cached = sorted(p.name.split("-", 1)[1] for p in cache.iterdir())
+    assert cached == [shard.name for shard in remote.shards]
+    largest = max(shard.bytes for shard in remote.shards)
+    limited = data.model_copy(update={"cache_gb": 1.5 * largest / 1e9, "cache_dir": tmp_path / "small"})
+    list(build_eval_loader(limited, "val", batch_size=4))
+    kept = [p.stat().st_size for p in (tmp_path / "small").iterdir()]
+    assert 1 <= len(kept) < len(remote.shards)
+    assert sum(kept) <= 1.5 * largest

@@ -169,6 +169,12 @@ class DataConfig(StrictModel):
     num_workers: int = Field(1, ge=0, description="DataLoader worker processes per training worker.")
     decode_threads: int = Field(1, ge=0, description="decord threads per reader (0: auto).")
     shuffle_buffer: int = Field(64, ge=0)
+    cache_dir: Path | None = Field(
+        None, description="Local folder caching shards read from a bucket (None: read the bucket each time)."
+    )
+    cache_gb: float = Field(
+        50.0, gt=0, description="Most gigabytes cache_dir holds (least recently used go)."
+    )
     repeated_sampling: int = Field(1, ge=1, description="Clips drawn from one decoded video.")
 
     @field_validator("crop_size")

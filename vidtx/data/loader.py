@@ -42,6 +42,7 @@ import torch
 import webdataset as wds
 
 from vidtx import storage
+from vidtx.cache import ShardCache
 from vidtx.config import DataConfig
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import CycledSamples, EvalSamples, epoch_shards
@@ -167,6 +168,11 @@ def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
     )
 
 
+def shard_cache(cfg: DataConfig) -> ShardCache | None:
+    """The local cache of shards read from a bucket that `cfg` asks for (`data.cache_dir`)."""
+    return ShardCache(cfg.cache_dir, int(cfg.cache_gb * 1e9)) if cfg.cache_dir is not None else None
+
+
 def _check_shards(manifest: Manifest, shards_dir: Location) -> None:
     """Warn about damaged shards (what can be read of them is still used); fail at once, naming the
     folder, when no shard file exists at all."""
@@ -204,7 +210,7 @@ class TrainLoader:
         )
         stream_seed = wds.utils.make_seed(self.seed, epoch, self.rank)
         dataset = wds.DataPipeline(
-            CycledSamples(shards, stream_seed, self.rank, log_and_continue),
+            CycledSamples(shards, stream_seed, self.rank, log_and_continue, shard_cache(self.cfg)),
             wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
             partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
@@ -237,7 +243,7 @@ def build_eval_loader(
         # (and, under forkserver, only the environment the server started with).
         rank, world_size, _, _ = wds.utils.pytorch_worker_info()
     dataset = wds.DataPipeline(
-        EvalSamples(urls, rank, world_size, log_and_continue),
+        EvalSamples(urls, rank, world_size, log_and_continue, shard_cache(cfg)),
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )

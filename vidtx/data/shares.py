@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import webdataset as wds
 
+from vidtx.cache import ShardCache
 from vidtx.data.tar_reader import tar_samples
 from vidtx.locations import name_of, parent_of
 
@@ -50,8 +51,10 @@ class CycledSamples(torch.utils.data.IterableDataset):
     without one reads all of the rank's), in a new order each pass. Read errors go to `handler` on
     the first pass only: later passes meet the same ones."""
 
-    def __init__(self, urls: list[str], seed: int, rank: int, handler: Handler) -> None:
-        self.urls, self.seed, self.rank, self.handler = urls, seed, rank, handler
+    def __init__(
+        self, urls: list[str], seed: int, rank: int, handler: Handler, cache: ShardCache | None = None
+    ) -> None:
+        self.urls, self.seed, self.rank, self.handler, self.cache = urls, seed, rank, handler, cache
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _, _, worker, num_workers = wds.utils.pytorch_worker_info()
@@ -60,7 +63,8 @@ class CycledSamples(torch.utils.data.IterableDataset):
         handler = self.handler
         while True:
             read = 0
-            for sample in tar_samples(({"url": mine[i]} for i in rng.permutation(len(mine))), handler):
+            order = ({"url": mine[i]} for i in rng.permutation(len(mine)))
+            for sample in tar_samples(order, handler, self.cache):
                 read += 1
                 yield sample
             if not read:
@@ -78,15 +82,17 @@ class EvalSamples(torch.utils.data.IterableDataset):
     (`whole`: the largest multiple of `world_size` shards), then sample i of the shards left over, read
     as one stream, for every i % world_size == rank. DataLoader workers split these parts between them."""
 
-    def __init__(self, urls: list[str], rank: int, world_size: int, handler: Handler) -> None:
+    def __init__(
+        self, urls: list[str], rank: int, world_size: int, handler: Handler, cache: ShardCache | None = None
+    ) -> None:
         whole = len(urls) - len(urls) % world_size
         self.parts = [([url], 0, 1) for url in urls[rank:whole:world_size]]  # (shards, first, step)
         if whole < len(urls):
             self.parts.append((urls[whole:], rank, world_size))
-        self.handler = handler
+        self.handler, self.cache = handler, cache
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _, _, worker, num_workers = wds.utils.pytorch_worker_info()
         for urls, first, step in self.parts[worker::num_workers]:
-            samples = tar_samples([{"url": url} for url in urls], self.handler)
+            samples = tar_samples([{"url": url} for url in urls], self.handler, self.cache)
             yield from itertools.islice(samples, first, None, step)

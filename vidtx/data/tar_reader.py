@@ -26,6 +26,7 @@ from typing import Any
 import webdataset as wds
 
 from vidtx import storage
+from vidtx.cache import ShardCache
 from vidtx.locations import is_remote, join, name_of, parent_of
 from vidtx.manifest import FRAMES_MEMBER, MemberIndex, index_name
 from vidtx.media.decode import VideoDecodeError
@@ -56,12 +57,14 @@ class MemberRange:
             os.close(descriptor)
 
 
-def _members(url: str) -> Iterator[dict[str, Any]]:
-    """{"fname", "data", "__url__"} for each regular member of the tar at `url`, then {} (end of tar).
+def _members(url: str, cache: ShardCache | None = None) -> Iterator[dict[str, Any]]:
+    """{"fname", "data", "__url__"} for each regular member of the tar at `url`, then {} (end of tar);
+    a tar in a bucket is read from its copy in `cache` when one is given.
 
     A sample's members are held back until the next sample begins or the tar ends, so that a read
     error drops the sample it cut short (it may miss members) rather than pass on a part of it."""
-    if is_remote(url) and (index := _member_index(url)) is not None:
+    path = str(cache.local_copy(url)) if cache is not None and is_remote(url) else url
+    if is_remote(path) and (index := _member_index(path)) is not None:
         for indexed in index.samples:
             offset, size = indexed.frames
             yield {"fname": f"{indexed.key}.json", "data": indexed.meta.encode(), "__url__": url}
@@ -73,8 +76,8 @@ def _members(url: str) -> Iterator[dict[str, Any]]:
         yield {}
         return
     sample: list[dict[str, Any]] = []  # the members read so far of the sample being read
-    remote = is_remote(url)
-    with _open_tar(url) as archive:
+    remote = is_remote(path)
+    with _open_tar(path) as archive:
         for info in archive:
             if not info.isreg():
                 continue
@@ -82,7 +85,7 @@ def _members(url: str) -> Iterator[dict[str, Any]]:
                 yield from sample
                 sample = []
             if info.name.partition(".")[2] == FRAMES_MEMBER and not remote:
-                data: bytes | MemberRange = MemberRange(url, info.offset_data, info.size)
+                data: bytes | MemberRange = MemberRange(path, info.offset_data, info.size)
             else:
                 data = archive.extractfile(info).read()  # type: ignore[union-attr]
                 if len(data) != info.size:
@@ -119,14 +122,14 @@ def _key(name: str) -> str:
 
 
 def tar_members(
-    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool]
+    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool], cache: ShardCache | None = None
 ) -> Iterator[dict[str, Any]]:
     """The members of every shard in `sources` ({"url": path} dicts, as webdataset's shard lists give
     them); an unreadable tar, or its unreadable end, goes to `handler` (True: go on with the next)."""
     for source in sources:
         url = source["url"]
         try:
-            yield from _members(url)
+            yield from _members(url, cache)
         except (tarfile.TarError, OSError, EOFError) as err:
             err.args = (*err.args, url)
             if not handler(err):
@@ -135,8 +138,8 @@ def tar_members(
 
 
 def tar_samples(
-    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool]
+    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool], cache: ShardCache | None = None
 ) -> Iterator[dict[str, Any]]:
     """Pipeline stage: shard urls -> samples ({"__key__", "__url__", "json", "mp4" or "frames", ...}).
     Use it as `functools.partial(tar_samples, handler=...)` (picklable for DataLoader workers)."""
-    return wds.tariterators.group_by_keys(tar_members(sources, handler), handler=handler)
+    return wds.tariterators.group_by_keys(tar_members(sources, handler, cache), handler=handler)

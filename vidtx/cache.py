@@ -1,0 +1,62 @@
+"""A local cache of shards read from a bucket (`data.cache_dir`, at most `data.cache_gb`).
+
+A tar is downloaded whole the first time a process reads it, under a temporary name, checked against
+the object's size and renamed into place (a reader never takes a part for a whole one; processes that
+fetch the same tar at once each write their own temporary file, and the last rename wins with the same
+bytes). Later reads are local: random access, `pread` of the sampled frames. Least recently used
+tars are removed once the folder holds more than its limit (the tar just fetched is never removed).
+A cached tar whose size differs from the object's (the shard was rewritten) is fetched again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from vidtx import storage
+from vidtx.locations import name_of
+
+TEMPORARY_MARK = ".part-"
+
+
+@dataclass(frozen=True)
+class ShardCache:
+    folder: Path
+    max_bytes: int
+
+    def local_copy(self, url: str) -> Path:
+        """The cached copy of the tar at `url`, fetched first if it is missing or stale."""
+        size = storage.size(url)
+        if size is None:
+            raise FileNotFoundError(f"{url}: no such object")
+        cached = self.folder / f"{hashlib.sha256(url.encode()).hexdigest()[:16]}-{name_of(url)}"
+        if cached.is_file() and cached.stat().st_size == size:
+            os.utime(cached)  # most recently used
+            return cached
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_name(f"{cached.name}{TEMPORARY_MARK}{os.getpid()}")
+        try:
+            with storage.open_input(url) as source, partial.open("wb") as target:
+                shutil.copyfileobj(source, target, 1 << 20)
+            if (fetched := partial.stat().st_size) != size:
+                raise OSError(f"{url}: {fetched} of {size} bytes downloaded")
+            os.replace(partial, cached)
+        finally:
+            partial.unlink(missing_ok=True)
+        self._evict(keep=cached)
+        return cached
+
+    def _evict(self, keep: Path) -> None:
+        """Remove the least recently used tars until the folder is within its limit."""
+        files = [f for f in self.folder.iterdir() if f.is_file() and TEMPORARY_MARK not in f.name]
+        files.sort(key=lambda f: f.stat().st_mtime)
+        total = sum(f.stat().st_size for f in files)
+        for old in files:
+            if total <= self.max_bytes:
+                break
+            if old != keep:
+                total -= old.stat().st_size
+                old.unlink(missing_ok=True)
