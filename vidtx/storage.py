@@ -40,10 +40,13 @@ def endpoint() -> str | None:
 
 
 RETRY_ATTEMPTS = 8  # tries of one S3 request before its error is raised
+CHECK_ATTEMPTS = 2  # tries of the start-up check: an unreachable endpoint is told in seconds, not a minute
 
 
 @functools.cache
-def _filesystem(scheme: str, endpoint_url: str | None, region: str | None) -> fs.FileSystem:
+def _filesystem(
+    scheme: str, endpoint_url: str | None, region: str | None, attempts: int = RETRY_ATTEMPTS
+) -> fs.FileSystem:
     if scheme == "gs":
         return fs.GcsFileSystem()
     options: dict[str, object] = {"region": region or "us-east-1"}
@@ -57,21 +60,22 @@ def _filesystem(scheme: str, endpoint_url: str | None, region: str | None) -> fs
         **options,
         connect_timeout=5,
         request_timeout=30,
-        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=RETRY_ATTEMPTS),
+        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=attempts),
     )
 
 
-def filesystem(where: Location) -> tuple[fs.FileSystem, str]:
-    """The pyarrow file system of a location and the path within it (`bucket/key` for a bucket)."""
+def filesystem(where: Location, attempts: int = RETRY_ATTEMPTS) -> tuple[fs.FileSystem, str]:
+    """The pyarrow file system of a location and the path within it (`bucket/key` for a bucket),
+    whose requests are tried up to `attempts` times."""
     if not is_remote(where):
         return fs.LocalFileSystem(), str(Path(where).absolute())
     scheme, _, path = str(where).partition("://")
-    return _filesystem(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION")), path.rstrip("/")
+    return _filesystem(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION"), attempts), path.rstrip("/")
 
 
-def _info(where: Location, named: Location | None = None) -> fs.FileInfo:
+def _info(where: Location, named: Location | None = None, attempts: int = RETRY_ATTEMPTS) -> fs.FileInfo:
     """The client's FileInfo of `where`; an error is one line naming `named` (default: `where`)."""
-    client, path = filesystem(where)
+    client, path = filesystem(where, attempts)
     try:
         return client.get_file_info(path)
     except OSError as err:
@@ -232,7 +236,7 @@ def check(where: Location) -> None:
     if not is_remote(where):
         return
     scheme, bucket = bucket_of(str(where))
-    if _info(f"{scheme}://{bucket}", named=where).type == fs.FileType.NotFound:
+    if _info(f"{scheme}://{bucket}", named=where, attempts=CHECK_ATTEMPTS).type == fs.FileType.NotFound:
         raise StorageError(f"{where}: no bucket {bucket!r} at {endpoint() or 'the default endpoint'}")
 
 
