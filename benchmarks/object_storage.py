@@ -13,14 +13,13 @@ reads of the frames store, the whole tars streamed for the video store).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from unittest import mock
 
 from benchmarks.data_loading import LOADER, gpu_demand
 from benchmarks.results import BenchmarkResult, Table, fmt
@@ -59,7 +58,7 @@ class ReadCounter:
         self._read_range, self._open_input = storage.read_range, storage.open_input
 
     def __enter__(self) -> ReadCounter:
-        def read_range(where: Location, start: int, end: int) -> bytes:
+        def read_range(where: str, start: int, end: int) -> bytes:
             self.bytes += end - start
             return self._read_range(where, start, end)
 
@@ -95,7 +94,7 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
         )
         log.info("object storage: %d videos", len(videos))
         port = free_port()
-        with storage_environment(f"http://127.0.0.1:{port}"), s3_server(port, work / "s3.log") as endpoint:
+        with mock.patch.dict(os.environ, s3_environment(port)), s3_server(port, work / "s3.log") as endpoint:
             bucket = create_bucket(endpoint, "bench")
             shards = {
                 (store, where): shard_store(work / "busy", target, store)
@@ -154,25 +153,14 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
     )
 
 
-@contextlib.contextmanager
-def storage_environment(endpoint: str) -> Iterator[None]:
-    """The AWS_* variables of the benchmark's S3 server for the block (the loader reads them)."""
-    values = {
-        "AWS_ENDPOINT_URL": endpoint,
+def s3_environment(port: int) -> dict[str, str]:
+    """The AWS_* variables of the benchmark's S3 server on `port` (the loader reads them)."""
+    return {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def bucket_traffic(shards: str, sampling: str, log_file: Path, cache_dir: Path | None) -> dict[str, float]:

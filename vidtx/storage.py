@@ -213,16 +213,11 @@ def _opened(where: str, endpoint_url: str | None) -> fs.NativeFile:
     return client.open_input_file(path)
 
 
-def read_range(where: Location, start: int, end: int) -> bytes:
-    """The bytes [start, end) of the file at `where`; in a bucket one ranged GET (and a HEAD when the
-    process opens the file, once for its next reads)."""
+def read_range(where: str, start: int, end: int) -> bytes:
+    """The bytes [start, end) of the object at `where` in a bucket: one ranged GET (and a HEAD when
+    the process opens the object, once for its next reads). Local files are read with `os.pread`."""
     try:
-        if not is_remote(where):
-            with open(where, "rb") as file:
-                file.seek(start)
-                data = file.read(end - start)
-        else:
-            data = _opened(str(where), endpoint()).read_at(end - start, start)
+        data = _opened(where, endpoint()).read_at(end - start, start)
     except OSError as err:
         raise StorageError(describe(where, err)) from None
     if len(data) != end - start:
