@@ -98,7 +98,7 @@ def synth(
 
 @app.command()
 def shard(
-    source: Annotated[Path | None, typer.Argument(help="Dataset root or annotations (shard.source).")] = None,
+    source: Annotated[str | None, typer.Argument(help="Dataset root or annotations (shard.source).")] = None,
     output: Annotated[str | None, typer.Argument(help="Shards folder or bucket (shard.output).")] = None,
     config: OptionalConfigOpt = None,
     overrides: OverridesOpt = None,

@@ -57,11 +57,12 @@ class ShardConfig(StrictModel):
     finalizing. The whole section is recorded in each split's manifest (`Manifest.config`).
     """
 
-    source: Path = Field(
-        Path("data/synthetic/annotations.csv"), description="Dataset root or annotation file."
+    source: StorageLocation = Field(
+        Path("data/synthetic/annotations.csv"),
+        description="Dataset root or annotation file: a path, or a bucket prefix or object (s3://, gs://).",
     )
     format: DatasetFormat = Field("csv", description="Layout of the source dataset.")
-    video_root: Path | None = Field(
+    video_root: StorageLocation | None = Field(
         None, description="Where annotation formats find the videos (None: the annotation file's folder)."
     )
     output: StorageLocation = Field(
@@ -85,7 +86,7 @@ class ShardConfig(StrictModel):
     classes: list[str] | None = Field(
         None, description="The label set (None: every label in the annotations); other labels are rejects."
     )
-    classes_file: Path | None = Field(
+    classes_file: StorageLocation | None = Field(
         None,
         description="The label set from a file, one class name a line in label-id order (e.g. the order a "
         "released model was trained with); instead of `classes`.",
@@ -111,12 +112,6 @@ class ShardConfig(StrictModel):
         256, ge=16, description="Frames store: short side of the frames (never upscaled)."
     )
     jpeg_quality: int = Field(90, ge=1, le=100, description="Frames store: JPEG quality (libjpeg scale).")
-
-    def label_set(self) -> list[str] | None:
-        """`classes`, or the names in `classes_file`, or None (every label in the annotations)."""
-        if self.classes_file is None:
-            return self.classes
-        return [line.strip() for line in self.classes_file.read_text().splitlines() if line.strip()]
 
     @model_validator(mode="after")
     def _one_label_set(self) -> ShardConfig:

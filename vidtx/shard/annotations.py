@@ -8,11 +8,14 @@ of fields comes back with its problem set, so the caller can report it and go on
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
+
+from vidtx import storage
+from vidtx.locations import Location, name_of
 
 
 class AnnotationError(ValueError):
@@ -32,12 +35,13 @@ def _delimiter_hint(header: Sequence[str]) -> str:
     return f" (the header looks {delimiter!r}-separated: use commas)" if delimiter else ""
 
 
-def read_csv_rows(path: Path, required: set[str]) -> Iterator[tuple[str, dict[str, str], str | None]]:
+def read_csv_rows(path: Location, required: set[str]) -> Iterator[tuple[str, dict[str, str], str | None]]:
     """(`file:line`, stripped fields by column, problem) per data row of a comma-separated file whose
     header has the `required` columns (a leading UTF-8 byte order mark is accepted); the problem is
     set when the row has the wrong number of fields (missing fields read as empty)."""
     try:
-        with path.open(newline="", encoding="utf-8-sig") as file:  # -sig: a leading BOM is not a column
+        text = storage.read_bytes(path).decode("utf-8-sig")  # -sig: a leading BOM is not a column
+        with io.StringIO(text, newline="") as file:
             reader = csv.reader(file)
             header = [name.strip() for name in next(reader, [])]
             if not header:
@@ -51,7 +55,7 @@ def read_csv_rows(path: Path, required: set[str]) -> Iterator[tuple[str, dict[st
             for values in reader:
                 if not values:
                     continue  # a blank line
-                where = f"{path.name}:{reader.line_num}"
+                where = f"{name_of(path)}:{reader.line_num}"
                 problem = None
                 if len(values) != len(header):
                     problem = f"malformed row: {where} has {len(values)} fields, the header {len(header)}"
@@ -69,10 +73,10 @@ def empty_field_problem(fields: dict[str, str], names: Sequence[str], where: str
     return f"malformed row: {where} has an empty {empty!r}" if empty else None
 
 
-def read_json(path: Path, kind: type[dict] | type[list]) -> Any:
+def read_json(path: Location, kind: type[dict] | type[list]) -> Any:
     """The JSON object (`kind=dict`) or array (`kind=list`) that `path` holds."""
     try:
-        value = json.loads(path.read_bytes())
+        value = json.loads(storage.read_bytes(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise AnnotationError(f"{path}: not valid JSON ({err})") from err
     if not isinstance(value, kind):

@@ -7,6 +7,8 @@ Every file under the root ends up as a record (sharded, or rejected with its rea
   folder it cannot list is ignored ("unreadable folder: ..."); a broken symlink named like a video is
   a record rejected as "missing";
 * hidden files and folders (".thumbnails", ".DS_Store") are ignored and never become classes;
+* in a bucket (`s3://`, `gs://`), the walk is one listing of the prefix: objects have no symlinks,
+  special files or unreadable folders, and a hidden folder is reported once, as on disk;
 * the layout is decided per top-level folder: it is a split folder when it holds class folders
   (sub-folders with videos) and either has a known split name ("train", "val", ...) or holds no
   videos itself. One split folder makes it the split layout. A video at another depth than the
@@ -21,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from vidtx import storage
+from vidtx.locations import Location, is_remote, join
 from vidtx.manifest import VIDEO_EXTENSIONS
 from vidtx.shard.records import (
     Ignored,
@@ -39,7 +43,7 @@ KNOWN_SPLITS = frozenset({"train", "training", "val", "valid", "validation", "de
 class FoundFile:
     """A file the walk found (a folder only when it is named like a video)."""
 
-    path: Path
+    path: Location
     parts: tuple[str, ...]  # path relative to the root, by component
     kind: str  # "file", "folder" (named like a video), "broken" (a dangling symlink), "special"
 
@@ -52,8 +56,10 @@ def _identity(stat: os.stat_result) -> tuple[int, int]:
     return stat.st_dev, stat.st_ino
 
 
-def walk(root: Path) -> tuple[list[FoundFile], list[Ignored]]:
+def walk(root: Location) -> tuple[list[FoundFile], list[Ignored]]:
     """Every file under `root` (sorted by path), and what the walk itself leaves out, with why."""
+    if is_remote(root):
+        return _walk_bucket(str(root))
     found: list[FoundFile] = []
     ignored: list[Ignored] = []
 
@@ -92,6 +98,19 @@ def walk(root: Path) -> tuple[list[FoundFile], list[Ignored]]:
     return found, ignored
 
 
+def _walk_bucket(root: str) -> tuple[list[FoundFile], list[Ignored]]:
+    found, hidden = [], {}
+    for relative in storage.walk(root):
+        parts = tuple(relative.split("/"))
+        first_hidden = next((i for i, part in enumerate(parts) if part.startswith(".")), None)
+        if first_hidden is None:
+            found.append(FoundFile(join(root, relative), parts, "file"))
+        else:
+            where = join(root, *parts[: first_hidden + 1])
+            hidden[where] = Ignored(where, "hidden")
+    return found, list(hidden.values())
+
+
 def _is_split_folder(name: str, files: Sequence[FoundFile]) -> bool:
     videos = [file for file in files if file.parts[0] == name and file.is_video]
     holds_classes = any(len(file.parts) == 3 for file in videos)
@@ -111,7 +130,7 @@ def _not_a_video_reason(file: FoundFile) -> str | None:
 _PROBLEMS = {"folder": "unreadable: a folder named like a video", "broken": "missing: broken symlink"}
 
 
-def read_folder(root: Path, classes: Sequence[str] | None = None) -> Source:
+def read_folder(root: Location, classes: Sequence[str] | None = None) -> Source:
     files, ignored = walk(root)
     top_folders = {file.parts[0] for file in files if len(file.parts) > 1}
     split_layout = any(_is_split_folder(name, files) for name in top_folders)
@@ -135,7 +154,7 @@ def read_folder(root: Path, classes: Sequence[str] | None = None) -> Source:
             key,
             file.path,
             file.parts[-2],
-            split_name(file.parts[0], str(root / file.parts[0])) if split_layout else "train",
+            split_name(file.parts[0], str(join(root, file.parts[0]))) if split_layout else "train",
             _PROBLEMS.get(file.kind),
         )
         for file, key in zip(listed, keys, strict=True)

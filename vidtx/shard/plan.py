@@ -67,9 +67,16 @@ class ShardSpec(BaseModel):
         return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 
+def label_set(cfg: ShardConfig) -> list[str] | None:
+    """`shard.classes`, or the names in `shard.classes_file`, or None (every label in the annotations)."""
+    if cfg.classes_file is None:
+        return cfg.classes
+    return [line.strip() for line in storage.read_text(cfg.classes_file).splitlines() if line.strip()]
+
+
 def read_dataset(cfg: ShardConfig) -> Source:
     """The dataset `cfg` names (its records and its ignored files)."""
-    return read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=cfg.label_set())
+    return read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=label_set(cfg))
 
 
 def plan_shards(cfg: ShardConfig, source: Source | None = None) -> list[ShardSpec]:
@@ -107,9 +114,9 @@ def _pack(records: list[VideoRecord], max_samples: int, max_bytes: int) -> list[
     """Consecutive groups of at most `max_samples` records and about `max_bytes` tar bytes."""
     groups: list[list[VideoRecord]] = [[]]
     group_bytes = 0
-    for record in records:
-        readable = record.problem is None and record.path.is_file()
-        size = (record.path.stat().st_size if readable else 0) + TAR_OVERHEAD_BYTES
+    states = storage.file_states([record.path for record in records])
+    for record, state in zip(records, states, strict=True):
+        size = (state[0] if record.problem is None and state else 0) + TAR_OVERHEAD_BYTES
         if groups[-1] and (len(groups[-1]) >= max_samples or group_bytes + size > max_bytes):
             groups.append([])
             group_bytes = 0

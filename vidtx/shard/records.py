@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath, PurePosixPath
 
+from vidtx.locations import Location, is_remote
 from vidtx.manifest import check_split
 from vidtx.shard.annotations import AnnotationError
 
@@ -29,7 +30,7 @@ UNLABELLED = -1  # the label of a record whose row names no known class
 @dataclass(frozen=True)
 class VideoRecord:
     key: str  # unique within the dataset: relative path without suffix, YouTube id + times, SSv2 id
-    path: Path
+    path: Location
     label: int  # UNLABELLED when the row's class is unknown
     split: str
     problem: str | None = None  # why the row cannot be used (reported as a reject when sharding)
@@ -39,13 +40,13 @@ class VideoRecord:
 class Ignored:
     """A file (or folder) under the dataset that is not read as a video, and why."""
 
-    path: Path
+    path: Location
     reason: str
 
 
 @dataclass(frozen=True)
 class Source:
-    root: Path
+    root: Location
     records: list[VideoRecord]
     class_names: list[str]  # index = label id
     ignored: list[Ignored] = field(default_factory=list)
@@ -68,7 +69,7 @@ class Row:
 
     where: str  # file:line, file[index] or relative path: where to look when it is reported
     key: str
-    path: Path  # the video, or the annotation file when the row itself is malformed
+    path: Location  # the video, or the annotation file when the row itself is malformed
     class_name: str
     split: str
     problem: str | None = None
@@ -88,11 +89,15 @@ def split_name(written: str, where: str) -> str:
         raise AnnotationError(f"{where}: {err}") from None
 
 
-def inside_root(written: str, video_root: Path) -> PurePosixPath | None:
+def inside_root(written: str, video_root: Location) -> PurePosixPath | None:
     """The path an annotation gives, relative to `video_root` and normalised ('a/./b' -> 'a/b');
-    None when it points outside the root ('../x', or an absolute path elsewhere). The check is on
-    the path as written: a symlink inside the root may lead anywhere, as its owner chose."""
+    None when it points outside the root ('../x', an absolute path or a URL elsewhere). The check is
+    on the path as written: a symlink inside the root may lead anywhere, as its owner chose."""
+    if is_remote(video_root) and written.startswith(f"{video_root}/"):
+        written = written[len(f"{video_root}/") :]
     path = Path(written)
+    if "://" in written or (path.is_absolute() and is_remote(video_root)):
+        return None
     if path.is_absolute():
         if not path.is_relative_to(video_root):
             return None
@@ -101,12 +106,15 @@ def inside_root(written: str, video_root: Path) -> PurePosixPath | None:
     return None if normal.parts[:1] in ((), ("..",), (".",)) else normal
 
 
-def relative_to_root(path: Path, root: Path) -> str:
+def relative_to_root(path: Location, root: Location) -> str:
     """`path` as recorded in shards and reports: relative to the dataset root when it is inside."""
+    if is_remote(path) or is_remote(root):
+        prefix = f"{root}/"
+        return str(path)[len(prefix) :] if str(path).startswith(prefix) else str(path)
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def outside_root_problem(written: str, video_root: Path, where: str) -> str:
+def outside_root_problem(written: str, video_root: Location, where: str) -> str:
     return f"outside the video root: {written!r} ({where}) is not inside {video_root}"
 
 
@@ -128,7 +136,7 @@ def class_order(names: Iterable[str]) -> list[str]:
 
 
 def labelled(
-    root: Path,
+    root: Location,
     rows: list[Row],
     classes: Sequence[str] | None = None,
     class_source: str = "the given classes",

@@ -19,7 +19,9 @@ root ("../x", "/elsewhere/x", an SSv2 id "../../x") are row rejects. A dataset w
 row at all is an error (`NothingToShardError`). A Kinetics folder's CSV without a label column (a
 test split) is skipped with a warning and listed in `Source.ignored`.
 
-The video root defaults to the annotation file's folder.
+The video root defaults to the annotation file's folder. Sources, video roots and annotation files
+may be in a bucket (`s3://`, `gs://`): the walk is a listing and annotation files are read there;
+only the process that writes a shard downloads its videos (`vidtx.shard.writer`).
 
 Bad annotations: a file that cannot be used as a whole (not UTF-8, not JSON, missing columns, a
 wrong delimiter) raises `AnnotationError`. A bad row keeps its place as a record with a `problem`
@@ -35,7 +37,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from vidtx import storage
 from vidtx.config import ConfigError, DatasetFormat
+from vidtx.locations import Location, is_remote, join, location, name_of, parent_of
 from vidtx.shard.annotations import (
     AnnotationError,
     MissingColumnsError,
@@ -66,19 +70,24 @@ class NothingToShardError(ValueError):
     """The dataset holds no video and no annotation row: there is nothing to shard."""
 
 
-def _index_videos(root: Path) -> dict[str, Path]:
+def _index_videos(root: Location) -> dict[str, Location]:
     """Video files under `root` by file stem (the first in sorted order wins on duplicates)."""
-    index: dict[str, Path] = {}
+    index: dict[str, Location] = {}
     for file in walk(root)[0]:
         if file.kind == "file" and file.is_video:
-            index.setdefault(file.path.stem, file.path)
+            index.setdefault(Path(file.parts[-1]).stem, file.path)
     return index
 
 
-def read_csv(path: Path, video_root: Path, classes: Sequence[str] | None = None) -> Source:
+def _beside(file: Location, where: str) -> str:
+    """The name of a row's place (`file:line`) beside its file, for messages."""
+    return str(join(parent_of(file), where))
+
+
+def read_csv(path: Location, video_root: Location, classes: Sequence[str] | None = None) -> Source:
     parsed = []  # (where, fields, split, path relative to the video root, problem)
     for where, fields, problem in read_csv_rows(path, {"path", "label"}):
-        split = split_name(fields.get("split") or "train", str(path.with_name(where)))
+        split = split_name(fields.get("split") or "train", _beside(path, where))
         problem = problem or empty_field_problem(fields, ("path", "label"), where)
         relative = inside_root(fields["path"], video_root) if problem is None else None
         if problem is None and relative is None:
@@ -88,7 +97,7 @@ def read_csv(path: Path, video_root: Path, classes: Sequence[str] | None = None)
     rows = [
         Row(where, where, path, fields["label"], split, problem)
         if problem
-        else Row(where, next(keys), video_root / relative, fields["label"], split)
+        else Row(where, next(keys), join(video_root, relative.as_posix()), fields["label"], split)
         for where, fields, split, relative, problem in parsed
     ]
     return labelled(video_root, rows, classes)
@@ -110,15 +119,15 @@ def _kinetics_times(fields: dict[str, str], where: str) -> tuple[int, int] | str
 
 
 def _kinetics_row(
-    file: Path,
+    file: Location,
     where: str,
     fields: dict[str, str],
     problem: str | None,
-    index: dict[str, Path],
-    video_root: Path,
+    index: dict[str, Location],
+    video_root: Location,
 ) -> Row:
     """The row of the video `<youtube_id>_<start:06d>_<end:06d>` (found by that stem or by the id)."""
-    split = split_name(fields["split"] or "train", str(file.with_name(where)))
+    split = split_name(fields["split"] or "train", _beside(file, where))
     problem = problem or empty_field_problem(fields, KINETICS_COLUMNS[1:], where)
     times = _kinetics_times(fields, where) if problem is None else problem
     if isinstance(times, str):
@@ -127,12 +136,12 @@ def _kinetics_row(
     if inside_root(f"{stem}.mp4", video_root) is None:
         problem = outside_root_problem(fields["youtube_id"], video_root, where)
         return Row(where, where, file, fields["label"], split, problem)
-    video = index.get(stem) or index.get(fields["youtube_id"]) or video_root / f"{stem}.mp4"
+    video = index.get(stem) or index.get(fields["youtube_id"]) or join(video_root, f"{stem}.mp4")
     return Row(where, stem, video, fields["label"], split)
 
 
 def _kinetics_file_rows(
-    file: Path, in_folder: bool
+    file: Location, in_folder: bool
 ) -> tuple[list[tuple[str, dict[str, str], str | None]], Ignored | None]:
     """The rows of one Kinetics CSV; in a folder of them, a CSV without a label column (the Kinetics
     test split) is skipped with a warning, as `Ignored`, instead of failing the whole dataset."""
@@ -146,12 +155,13 @@ def _kinetics_file_rows(
     return [], Ignored(file, reason)
 
 
-def read_kinetics(path: Path, video_root: Path, classes: Sequence[str] | None = None) -> Source:
-    files = sorted(path.glob("*.csv")) if path.is_dir() else [path]
+def read_kinetics(path: Location, video_root: Location, classes: Sequence[str] | None = None) -> Source:
+    in_folder = not storage.is_file(path)
+    files = [join(path, name) for name in storage.names(path, ".csv")] if in_folder else [path]
     index = _index_videos(video_root)
     rows, ignored = [], []
     for file in files:
-        file_rows, skipped = _kinetics_file_rows(file, path.is_dir())
+        file_rows, skipped = _kinetics_file_rows(file, in_folder)
         ignored.extend([skipped] if skipped else [])
         for where, fields, problem in file_rows:
             if fields["label"] or problem:  # unlabelled test rows cannot be trained or evaluated on
@@ -168,7 +178,7 @@ def _class_id(value: object) -> int:
     raise ValueError(f"{value!r} is not an integer")
 
 
-def _ssv2_classes(labels_file: Path) -> list[str]:
+def _ssv2_classes(labels_file: Location) -> list[str]:
     """Templates ordered by their id in the label file (`{"<template>": "<id>", ...}`)."""
     labels = read_json(labels_file, dict)
     try:
@@ -181,7 +191,7 @@ def _ssv2_classes(labels_file: Path) -> list[str]:
 
 
 def _ssv2_row(
-    entry: Any, list_file: Path, where: str, split: str, index: dict[str, Path], video_root: Path
+    entry: Any, list_file: Location, where: str, split: str, index: dict[str, Location], video_root: Location
 ) -> Row:
     if not (
         isinstance(entry, dict)
@@ -193,27 +203,27 @@ def _ssv2_row(
     name = entry["template"].replace("[", "").replace("]", "")
     if inside_root(f"{entry['id']}.webm", video_root) is None:
         return Row(where, where, list_file, name, split, outside_root_problem(entry["id"], video_root, where))
-    video = index.get(entry["id"]) or video_root / f"{entry['id']}.webm"
+    video = index.get(entry["id"]) or join(video_root, f"{entry['id']}.webm")
     return Row(where, entry["id"], video, name, split)
 
 
-def read_ssv2(path: Path, video_root: Path) -> Source:
-    folder = path if path.is_dir() else path.parent
-    labels_file = next(iter(sorted(folder.glob("*labels.json"))), None)
+def read_ssv2(path: Location, video_root: Location) -> Source:
+    folder = parent_of(path) if storage.is_file(path) else path
+    labels_file = next((join(folder, name) for name in storage.names(folder, "labels.json")), None)
     if labels_file is None:
         raise AnnotationError(f"{folder}: no *labels.json (the Something-Something-v2 label file)")
     classes = _ssv2_classes(labels_file)
     index = _index_videos(video_root)
     rows = [
-        _ssv2_row(entry, list_file, f"{list_file.name}[{position}]", split, index, video_root)
+        _ssv2_row(entry, list_file, f"{name_of(list_file)}[{position}]", split, index, video_root)
         for split in ("train", "validation")
-        for list_file in sorted(folder.glob(f"*{split}.json"))
+        for list_file in (join(folder, name) for name in storage.names(folder, f"{split}.json"))
         for position, entry in enumerate(read_json(list_file, list))
     ]
-    return labelled(video_root, rows, classes, labels_file.name)
+    return labelled(video_root, rows, classes, name_of(labels_file))
 
 
-def _nothing_to_shard(path: Path, source: Source) -> NothingToShardError:
+def _nothing_to_shard(path: Location, source: Source) -> NothingToShardError:
     detail = ""
     if source.ignored:
         first = source.ignored[0]
@@ -222,23 +232,26 @@ def _nothing_to_shard(path: Path, source: Source) -> NothingToShardError:
 
 
 def read_source(
-    path: Path,
+    path: Location,
     format: DatasetFormat,
     *,
-    video_root: Path | None = None,
+    video_root: Location | None = None,
     classes: Sequence[str] | None = None,
 ) -> Source:
     """Read a dataset; `video_root` (default: the dataset folder or the annotation file's folder)
     is where the annotation formats look for video files. `classes` is the label set (label id =
     position); rows of other classes become "unknown label" rejects. By default the classes are
     those the annotations name; for ssv2 always those of the label file."""
-    path = Path(path)
-    if not path.exists():
+    path = location(path)
+    if is_remote(path):
+        storage.check(path)
+    if not storage.exists(path):
         raise FileNotFoundError(f"{path}: no such dataset")
     if format == "ssv2" and classes is not None:
         raise ValueError("ssv2 takes its classes from its *labels.json; do not pass classes")
-    _check_layout(path, format)
-    root = Path(video_root) if video_root is not None else (path if path.is_dir() else path.parent)
+    is_folder = not storage.is_file(path)
+    _check_layout(path, format, is_folder)
+    root = location(video_root) if video_root is not None else (path if is_folder else parent_of(path))
     if format == "folder":
         source = read_folder(path, classes)
     elif format == "csv":
@@ -252,12 +265,12 @@ def read_source(
     return source
 
 
-def _check_layout(path: Path, format: DatasetFormat) -> None:
+def _check_layout(path: Location, format: DatasetFormat, is_folder: bool) -> None:
     """ConfigError when the source is a file where `format` reads a folder or the other way round
     (the default format, csv, given a folder of class folders is the usual case)."""
-    if format == "folder" and not path.is_dir():
+    if format == "folder" and not is_folder:
         raise ConfigError(f"shard.source {path}: a file, but shard.format=folder reads a dataset folder")
-    if format == "csv" and path.is_dir():
+    if format == "csv" and is_folder:
         raise ConfigError(
             f"shard.source {path}: a folder, but shard.format is csv (the default), which reads an "
             "annotation file: set shard.format=folder for a folder of class folders"

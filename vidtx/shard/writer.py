@@ -19,6 +19,7 @@ No single video or annotation row stops the job: bad ones are rejects with a rea
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -33,7 +34,7 @@ from pydantic import BaseModel, Field
 from vidtx import storage
 from vidtx.config import ShardConfig
 from vidtx.files import replaced, temporary_path
-from vidtx.locations import Location, is_remote, join
+from vidtx.locations import Location, is_remote, join, location
 from vidtx.log import setup_logging, track
 from vidtx.manifest import (
     Manifest,
@@ -80,20 +81,10 @@ def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Location:
     return join(cfg.output, spec.name.replace(".tar", ".stats.json"))
 
 
-def _file_state(path: Path) -> tuple[int, int] | None:
-    """(size, modification time in ns) of a file, None when it cannot be read: what make and rsync
-    compare to decide that a file changed, without reading it."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_size, stat.st_mtime_ns
-
-
 def shard_fingerprint(spec: ShardSpec, cfg: ShardConfig) -> str:
     """The plan and processing of a shard (`ShardSpec.fingerprint`) and the state of each of its
     source files: a re-run rebuilds a shard when a video in it was fixed, replaced or removed."""
-    sources = [_file_state(Path(item.path)) for item in spec.items]
+    sources = storage.file_states([location(item.path) for item in spec.items])
     return hashlib.sha256(json.dumps([spec.fingerprint(cfg), sources]).encode()).hexdigest()
 
 
@@ -110,13 +101,22 @@ def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResul
     return result.model_copy(update={"reused": True})
 
 
-def _sample(
-    item: ShardItem, spec: ShardSpec, cfg: ShardConfig, preparer: VideoPreparer
-) -> dict[str, str | bytes | Path]:
-    """The tar members of one video, after probing (and re-encoding); raises RejectedVideoError."""
+def _video_file(item: ShardItem, downloads: contextlib.ExitStack) -> Path:
+    """The item's video as a file on this machine (from a bucket: downloaded, removed when
+    `downloads` closes); RejectedVideoError when its row has a problem or its object is missing."""
     if item.problem is not None:
         raise RejectedVideoError(item.problem)
-    video = preparer.prepare(Path(item.path), cfg)
+    try:
+        return downloads.enter_context(storage.local_copy(location(item.path)))
+    except FileNotFoundError:
+        raise RejectedVideoError("missing: no such object") from None
+
+
+def _sample(
+    item: ShardItem, video_file: Path, spec: ShardSpec, cfg: ShardConfig, preparer: VideoPreparer
+) -> dict[str, str | bytes | Path]:
+    """The tar members of one video, after probing (and re-encoding); raises RejectedVideoError."""
+    video = preparer.prepare(video_file, cfg)
     info = video.info
     if info.num_frames < cfg.min_frames:
         raise RejectedVideoError(f"too short: {info.num_frames} frames < min_frames {cfg.min_frames}")
@@ -176,14 +176,14 @@ def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -
     ):
         for item in spec.items:
             try:
-                sample = _sample(item, spec, cfg, preparer)
+                with contextlib.ExitStack() as downloads:  # only the process that writes a shard downloads
+                    write_sample(writer, _sample(item, _video_file(item, downloads), spec, cfg, preparer))
             except RejectedVideoError as err:
                 rejects.append(
                     Reject(key=item.source_key, path=item.source, label=item.label, reason=str(err))
                 )
                 log.warning("%s: rejected %s: %s", spec.name, item.source, err)
                 continue
-            write_sample(writer, sample)
             counts[spec.class_names[item.label]] += 1
     return ShardResult(
         name=spec.name,

@@ -1,97 +1,35 @@
-"""Where shards, sources and checkpoints live: a local path, `file://`, `s3://` or `gs://`, and the one
-client that reaches them.
-
-Locations are parsed by `vidtx.locations` (a `Path` on this machine, a URL string in a bucket); every
-module reads and writes them through the functions here, so no other module builds a client. Local
-locations keep their plain file operations.
-
-The client is pyarrow's file systems: Ray Train keeps checkpoints through one already, its S3 client
-(the AWS SDK for C++) reads byte ranges (`read_at`) without holding the GIL, and it is installed with
-Ray. Endpoint, region and credentials come from the environment as boto3 reads them
-(`AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, `AWS_DEFAULT_REGION`, `AWS_ACCESS_KEY_ID`,
-`AWS_SECRET_ACCESS_KEY`); the endpoint and region are also passed explicitly, so a client that does
-not read the variables gets them too. No message here ever holds a credential.
-"""
+"""Files at a location, local or in a bucket: stat, list, read (whole, streamed, ranged), write an
+object whole (staged locally, then uploaded), fingerprints of many files, local copies."""
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from pyarrow import fs
 
 from vidtx.files import write_text as write_local_text
-from vidtx.locations import Location, bucket_of, is_remote, name_of
+from vidtx.locations import Location, is_remote, name_of, parent_of
+from vidtx.storage.client import StorageError, describe, endpoint, file_info, filesystem
 
-
-class StorageError(OSError):
-    """A remote location cannot be used: unreachable endpoint, missing bucket, refused credentials."""
-
-
-def endpoint() -> str | None:
-    """The S3 endpoint from the environment (None: AWS itself)."""
-    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-
-
-RETRY_ATTEMPTS = 8  # tries of one S3 request before its error is raised
-CHECK_ATTEMPTS = 2  # tries of the start-up check: an unreachable endpoint is told in seconds, not a minute
-
-
-@functools.cache
-def _filesystem(
-    scheme: str, endpoint_url: str | None, region: str | None, attempts: int = RETRY_ATTEMPTS
-) -> fs.FileSystem:
-    if scheme == "gs":
-        return fs.GcsFileSystem()
-    options: dict[str, object] = {"region": region or "us-east-1"}
-    if endpoint_url:
-        parts = urlsplit(endpoint_url)
-        options |= {"endpoint_override": parts.netloc or parts.path, "scheme": parts.scheme or "https"}
-    # Transient errors (5xx, throttling, a reset or refused connection) are retried by the AWS SDK with
-    # exponential backoff (its standard strategy: up to 20 s between tries); a request waits up to
-    # 30 s for an answer, so a server that pauses for a few seconds costs only that time.
-    return fs.S3FileSystem(
-        **options,
-        connect_timeout=5,
-        request_timeout=30,
-        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=attempts),
-    )
-
-
-def filesystem(where: Location, attempts: int = RETRY_ATTEMPTS) -> tuple[fs.FileSystem, str]:
-    """The pyarrow file system of a location and the path within it (`bucket/key` for a bucket),
-    whose requests are tried up to `attempts` times."""
-    if not is_remote(where):
-        return fs.LocalFileSystem(), str(Path(where).absolute())
-    scheme, _, path = str(where).partition("://")
-    return _filesystem(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION"), attempts), path.rstrip("/")
-
-
-def _info(where: Location, named: Location | None = None, attempts: int = RETRY_ATTEMPTS) -> fs.FileInfo:
-    """The client's FileInfo of `where`; an error is one line naming `named` (default: `where`)."""
-    client, path = filesystem(where, attempts)
-    try:
-        return client.get_file_info(path)
-    except OSError as err:
-        raise StorageError(describe(named or where, err)) from None
+STREAM_CHUNK = 8 << 20  # bytes per request of a stream read from a bucket
+FileState = tuple[int, int]  # (size, modification time in ns)
 
 
 def exists(where: Location) -> bool:
     if not is_remote(where):
         return Path(where).exists()
-    return _info(where).type != fs.FileType.NotFound
+    return file_info(where).type != fs.FileType.NotFound
 
 
 def is_file(where: Location) -> bool:
     if not is_remote(where):
         return Path(where).is_file()
-    return _info(where).type == fs.FileType.File
+    return file_info(where).type == fs.FileType.File
 
 
 def size(where: Location) -> int | None:
@@ -101,7 +39,7 @@ def size(where: Location) -> int | None:
             return Path(where).stat().st_size
         except OSError:
             return None
-    info = _info(where)
+    info = file_info(where)
     return info.size if info.type == fs.FileType.File else None
 
 
@@ -115,6 +53,61 @@ def names(folder: Location, suffix: str = "") -> list[str]:
     except OSError as err:
         raise StorageError(describe(folder, err)) from None
     return sorted(i.base_name for i in infos if i.type == fs.FileType.File and i.base_name.endswith(suffix))
+
+
+def walk(folder: Location) -> list[str]:
+    """The path relative to `folder` ('cat/a.mp4') of every object under a bucket prefix, sorted:
+    one listing (S3 returns 1,000 keys a request)."""
+    client, path = filesystem(folder)
+    try:
+        infos = client.get_file_info(fs.FileSelector(path, recursive=True, allow_not_found=True))
+    except OSError as err:
+        raise StorageError(describe(folder, err)) from None
+    return sorted(info.path[len(path) + 1 :] for info in infos if info.type == fs.FileType.File)
+
+
+def file_states(files: Sequence[Location]) -> list[FileState | None]:
+    """The (size, modification time in ns) of each file, None where there is none: what make and
+    rsync compare to decide that a file changed, without reading it. In a bucket, one listing per
+    folder that holds some of the files, not one request per file."""
+    listed: dict[str, FileState] = {}
+    for folder in dict.fromkeys(parent_of(file) for file in files if is_remote(file)):
+        client, path = filesystem(folder)
+        try:
+            infos = client.get_file_info(fs.FileSelector(path, allow_not_found=True))
+        except OSError as err:
+            raise StorageError(describe(folder, err)) from None
+        scheme = str(folder).partition("://")[0]
+        listed |= {f"{scheme}://{i.path}": (i.size, i.mtime_ns) for i in infos if i.type == fs.FileType.File}
+    return [listed.get(str(file)) if is_remote(file) else _local_state(Path(file)) for file in files]
+
+
+def _local_state(file: Path) -> FileState | None:
+    try:
+        status = file.stat()
+    except OSError:
+        return None
+    return status.st_size, status.st_mtime_ns
+
+
+@contextlib.contextmanager
+def local_copy(where: Location) -> Iterator[Path]:
+    """`where` as a file on this machine for the block: itself, or the object downloaded into a
+    temporary folder that the block's end removes."""
+    if not is_remote(where):
+        yield Path(where)
+        return
+    client, path = filesystem(where)
+    with tempfile.TemporaryDirectory(prefix="vidtx-download-") as folder:
+        local = Path(folder) / name_of(where)
+        try:
+            with client.open_input_stream(path, buffer_size=STREAM_CHUNK) as stream, local.open("wb") as out:
+                shutil.copyfileobj(stream, out, STREAM_CHUNK)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{where}: no such object") from None
+        except OSError as err:
+            raise StorageError(describe(where, err)) from None
+        yield local
 
 
 def read_bytes(where: Location) -> bytes:
@@ -190,9 +183,6 @@ def delete(where: Location) -> None:
         raise StorageError(describe(where, err)) from None
 
 
-STREAM_CHUNK = 8 << 20  # bytes per request of a stream read from a bucket
-
-
 def open_input(where: Location) -> fs.NativeFile:
     """A file object that reads `where` front to back; from a bucket one ranged GET per 8 MiB
     (a read of pyarrow's S3 stream is a request of its own: tarfile's 10 KiB reads were one each)."""
@@ -223,26 +213,3 @@ def read_range(where: str, start: int, end: int) -> bytes:
     if len(data) != end - start:
         raise StorageError(f"{where}: {len(data)} bytes at {start}, not {end - start} (truncated)")
     return data
-
-
-def check(where: Location) -> None:
-    """Fail at once, with one line naming `where`, when its bucket cannot be used: the endpoint is
-    unreachable, the credentials are refused, or the bucket does not exist. Local: nothing to do."""
-    if not is_remote(where):
-        return
-    scheme, bucket = bucket_of(str(where))
-    if _info(f"{scheme}://{bucket}", named=where, attempts=CHECK_ATTEMPTS).type == fs.FileType.NotFound:
-        raise StorageError(f"{where}: no bucket {bucket!r} at {endpoint() or 'the default endpoint'}")
-
-
-def describe(where: Location, err: OSError) -> str:
-    """One line for an error of the client about `where`: what went wrong, never a credential."""
-    text = str(err)
-    at = endpoint() or "the default endpoint"
-    if "NETWORK_CONNECTION" in text or "Could not connect" in text or "curlCode" in text:
-        return f"{where}: cannot reach the storage endpoint {at}"
-    if any(code in text for code in ("ACCESS_DENIED", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403")):
-        return f"{where}: access denied at {at} (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
-    if "NoSuchBucket" in text or "NO_SUCH_BUCKET" in text:
-        return f"{where}: no such bucket at {at}"
-    return f"{where}: {text.splitlines()[0]}"
