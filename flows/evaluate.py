@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
+from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.eval.evaluate import EvalResult
 from vidtx.eval.report import render_results
@@ -48,6 +49,7 @@ def evaluation_markdown(config: PipelineConfig, trained: TrainedRun, result: Eva
 @flow(name="evaluate-model", log_prints=True)
 def evaluate_model(config: PipelineConfig, checkpoint: str | None = None) -> EvalResult:
     """Evaluate `checkpoint` (default: the best checkpoint of `train.run_name`) on `eval.split`."""
+    storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
     trained = find_trained(config, checkpoint)
     result = run_evaluation(config, trained)
     create_markdown_artifact(
@@ -62,6 +64,7 @@ def register_model(
 ) -> ModelVersionInfo:
     """Register the model of `checkpoint` (default: the best of `train.run_name`); evaluates it first
     unless `evaluation` is given. `champion` moves only to a version that beats it on the same split."""
+    storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
     trained = find_trained(config, checkpoint)
     result = evaluation or run_evaluation(config, trained)
     version = register_trained(config, trained, result)

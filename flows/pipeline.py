@@ -13,6 +13,7 @@ from flows.evaluate import evaluate_model, register_model
 from flows.lineage import LOCAL_PREFECT_UI, lineage_table
 from flows.shard import ShardedSplit, shard_dataset
 from flows.train import named_run, train_model
+from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.model_factory import check_model_config
 from vidtx.shard.synthetic import frame_order_verdict
@@ -105,6 +106,7 @@ def stage(number: int, name: str, what: str) -> None:
 def video_pipeline(config: PipelineConfig) -> PipelineResult:
     """The whole pipeline. Training reads the shards this run writes (`data.shards` is set to
     `shard.output`), and the training run is named after this flow run unless `train.run_name` is set."""
+    storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
     check_model_config(config)  # a model that cannot be built fails before any sharding
     config = named_run(config)
     config.data.shards = config.shard.output

@@ -12,6 +12,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.runtime import flow_run
 
 from flows.lineage import lineage_table
+from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.tracking.lineage import FLOW_RUN_TAG
 from vidtx.train.launcher import train
@@ -46,6 +47,7 @@ def run_training(config: PipelineConfig) -> TrainResult:
 @flow(name="train-model", retries=1, retry_delay_seconds=30, log_prints=True)
 def train_model(config: PipelineConfig) -> TrainResult:
     """Train `config` on Ray (a local instance, or the cluster at RAY_ADDRESS / train.cluster.address)."""
+    storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
     result = run_training(named_run(config))
     create_markdown_artifact(
         lineage_table(config, result.mlflow_run_id),

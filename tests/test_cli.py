@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vidtx import storage
 from vidtx.config import load_config
 from vidtx.eval.evaluate import evaluate
 from vidtx.manifest import load_manifest
@@ -178,3 +179,20 @@ def test_predict_prints_every_good_file_and_reports_each_bad_one(
     assert errors[1].startswith(f"error: {text}: ")
     assert errors[3:] == ["error: 3 of 5 videos could not be read"]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_predict_reads_videos_in_a_bucket(
+    vidtx, registered_model: str, bucket: str, tmp_path: Path, write_mp4: Callable[..., Path]
+) -> None:
+    good = f"{bucket}/videos/good.mp4"
+    storage.upload(write_mp4(tmp_path / "good.mp4", num_frames=8, width=32, height=32), good)
+    model = ("--model", "models:/predict-test@champion", "--tracking-uri", registered_model)
+    result = vidtx("predict", good, f"{bucket}/videos/gone.mp4", *model, "--top-k", "2")
+    assert result.returncode == 1, result.stderr
+    assert [line for line in result.stdout.splitlines() if not line.startswith(" ")] == [good]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: {bucket}/videos/gone.mp4: no such object",
+        "error: 1 of 2 videos could not be read",
+    ]

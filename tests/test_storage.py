@@ -274,3 +274,17 @@ def test_a_cache_folder_keeps_the_shards_read_from_a_bucket_within_its_limit(
     kept = [p.stat().st_size for p in (tmp_path / "small").iterdir()]
     assert 1 <= len(kept) < len(remote.shards)
     assert sum(kept) <= 1.5 * largest
+
+
+def test_the_configs_endpoint_overrides_the_environments(
+    synthetic_shards: tuple[Path, Path], bucket: str, s3_endpoint: str
+) -> None:
+    """`storage.endpoint_url` wins over AWS_ENDPOINT_URL, in the command and in its shard writers."""
+    videos, _ = synthetic_shards
+    closed = f"http://127.0.0.1:{free_port()}"
+    override = f"--set=storage.endpoint_url={s3_endpoint}"
+    result = run_vidtx(
+        "shard", str(videos / "annotations.csv"), f"{bucket}/shards", override, AWS_ENDPOINT_URL=closed
+    )
+    assert result.returncode == 0, result.stderr
+    assert find_splits(f"{bucket}/shards") == ["train", "val"]

@@ -55,17 +55,18 @@ def fail(message: str, code: int = 2) -> NoReturn:  # one line, no traceback
 def load(
     config: Path | None,
     overrides: list[str] | None,
-    shortcuts: dict[str, Path | None] | None = None,
+    shortcuts: dict[str, str | Path | None] | None = None,
     model: bool = True,
 ) -> PipelineConfig:
     """The config with `shortcuts` (dotted field -> value, None: not given) and then `--set` applied,
     its model checked against the zoo unless the command builds none (the check costs ~1 s of torch)."""
-    from vidtx.model_factory import check_model_config
+    from vidtx import model_factory, storage
 
     given = [f"{field}={json.dumps(str(value))}" for field, value in (shortcuts or {}).items() if value]
     loaded = load_config(config, [*given, *(overrides or [])])
+    storage.configure(loaded.storage.endpoint_url, loaded.storage.region)
     if model:
-        check_model_config(loaded)
+        model_factory.check_model_config(loaded)
     return loaded
 
 
@@ -175,7 +176,7 @@ def _evaluate_and_register(cfg: PipelineConfig, checkpoint: str | None, register
 
 @app.command()
 def predict(
-    videos: Annotated[list[Path], typer.Argument(help="Video files (MP4 or any container FFmpeg reads).")],
+    videos: Annotated[list[str], typer.Argument(help="Video files, here or in a bucket (s3://, gs://).")],
     model: Annotated[str, typer.Option(help="Registered model URI.")] = "models:/vidtx-xvit-demo@champion",
     tracking_uri: Annotated[
         str | None, typer.Option(help="MLflow URI (default: $MLFLOW_TRACKING_URI).")

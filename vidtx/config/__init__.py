@@ -19,7 +19,14 @@ from vidtx.config.loading import (
     parse_override,
     validate_config,
 )
-from vidtx.config.schema import Ensemble, EvalConfig, PipelineConfig, RegistryConfig, TrackingConfig
+from vidtx.config.schema import (
+    Ensemble,
+    EvalConfig,
+    PipelineConfig,
+    RegistryConfig,
+    StorageConfig,
+    TrackingConfig,
+)
 from vidtx.config.training import (
     DEEPSPEED_OWNED_KEYS,
     AttentionImpl,
@@ -50,6 +57,7 @@ __all__ = [
     "SamplingMode",
     "ScheduleConfig",
     "ShardConfig",
+    "StorageConfig",
     "StrictModel",
     "SynthConfig",
     "TrackingConfig",

@@ -81,6 +81,21 @@ class TrackingConfig(StrictModel):
     )
 
 
+class StorageConfig(StrictModel):
+    """`storage`: the S3 endpoint and region of `s3://` locations, when not the environment's.
+
+    Applied by every entry point (the CLI, the flows that take the whole config) to its process's
+    environment, as `AWS_ENDPOINT_URL_S3` and `AWS_DEFAULT_REGION`: the storage client, Ray's storage
+    and every process started afterwards (shard writers, Ray workers) read them there. Credentials
+    have no field: a config is logged and recorded, so they stay in the environment.
+    """
+
+    endpoint_url: str | None = Field(
+        None, description="S3 endpoint URL (None: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, else AWS's)."
+    )
+    region: str | None = Field(None, description="S3 region (None: AWS_DEFAULT_REGION, else us-east-1).")
+
+
 class PipelineConfig(StrictModel):
     """The whole pipeline: synthesise (optional), shard, train, evaluate, register.
 
@@ -98,6 +113,7 @@ class PipelineConfig(StrictModel):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
 
     def for_run(self, run_name: str) -> PipelineConfig:
         """A copy that names its training run: the stages after training find the run by this name."""

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import torch
 from torch import nn
 
+from vidtx import storage
 from vidtx.config import DataConfig
 from vidtx.data.loader import test_views
 from vidtx.data.transforms import normalize_clips
+from vidtx.locations import Location
 from vidtx.media.decode import open_video, probe_video, scaled_size
 
 
@@ -25,7 +26,7 @@ def predict_videos(
     model: nn.Module,
     data: DataConfig,
     class_names: list[str],
-    videos: list[Path],
+    videos: list[Location],
     *,
     num_clips: int = 1,
     num_crops: int = 3,
@@ -35,7 +36,7 @@ def predict_videos(
     weights = next(model.parameters())
     predictions = []
     for path in videos:
-        payload = Path(path).read_bytes()
+        payload = storage.read_bytes(path)  # a file here or an object in a bucket
         info = probe_video(payload)
         video = open_video(payload, size=scaled_size(info.width, info.height, data.crop_size))
         views = test_views(video, data, num_clips, num_crops).to(weights.device)  # uint8 (V, T, H, W, C)

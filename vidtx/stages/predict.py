@@ -15,8 +15,10 @@ from urllib.parse import urlparse
 
 from mlflow.exceptions import MlflowException
 
+from vidtx import storage
 from vidtx.config import apply_overrides, validate_config
 from vidtx.eval.predict import predict_videos
+from vidtx.locations import location
 from vidtx.media.decode import VideoDecodeError
 from vidtx.tracking.model_registry import LoadedModel, load_registered_model
 from vidtx.tracking.runs import sqlite_file
@@ -58,7 +60,7 @@ def find_registered_model(model_uri: str, tracking_uri: str) -> LoadedModel:
 
 def predict_files(
     model_uri: str,
-    videos: Sequence[Path],
+    videos: Sequence[str],
     tracking_uri: str | None,
     overrides: Sequence[str],
     top_k: int,
@@ -69,12 +71,15 @@ def predict_files(
     video that could not be read; returns how many could not. The model's registered config decides
     frames, crops and views; `overrides` (`eval.num_crops=1`) change it for this call. The registry is
     `tracking_uri`, else MLFLOW_TRACKING_URI, else the demo's."""
+    locations = [location(video) for video in videos]
+    for where in locations:  # an unusable bucket is one line at the start, not an error per video
+        storage.check(where)
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEMO_TRACKING_URI
     loaded = find_registered_model(model_uri, uri)
     config = validate_config(apply_overrides(loaded.config.model_dump(), overrides), model_uri, overrides)
     views = {"num_clips": config.eval.num_clips, "num_crops": config.eval.num_crops, "top_k": top_k}
     failed = 0
-    for video in videos:
+    for video in locations:
         try:
             [prediction] = predict_videos(loaded.module, config.data, loaded.class_names, [video], **views)
         except FILE_ERRORS as err:

@@ -22,6 +22,15 @@ def endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
 
 
+def configure(endpoint_url: str | None, region: str | None) -> None:
+    """Make a config's endpoint and region (`storage.*`; None: keep the environment's) this process's,
+    and those of every process it starts (shard writers, Ray workers read the same variables)."""
+    if endpoint_url:
+        os.environ["AWS_ENDPOINT_URL_S3"] = endpoint_url
+    if region:
+        os.environ["AWS_DEFAULT_REGION"] = region
+
+
 RETRY_ATTEMPTS = 8  # tries of one S3 request before its error is raised
 CHECK_ATTEMPTS = 2  # tries of the start-up check: an unreachable endpoint is told in seconds, not a minute
 

@@ -4,6 +4,7 @@ object whole (staged locally, then uploaded), fingerprints of many files, local 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import shutil
 import tempfile
@@ -18,6 +19,11 @@ from vidtx.storage.client import StorageError, describe, endpoint, file_info, fi
 
 STREAM_CHUNK = 8 << 20  # bytes per request of a stream read from a bucket
 FileState = tuple[int, int]  # (size, modification time in ns)
+
+
+def _no_such_object(where: Location) -> FileNotFoundError:
+    """The error of a missing object, as the OS's for a missing file (`strerror` is the reason)."""
+    return FileNotFoundError(errno.ENOENT, "no such object", str(where))
 
 
 def exists(where: Location) -> bool:
@@ -104,7 +110,7 @@ def local_copy(where: Location) -> Iterator[Path]:
             with client.open_input_stream(path, buffer_size=STREAM_CHUNK) as stream, local.open("wb") as out:
                 shutil.copyfileobj(stream, out, STREAM_CHUNK)
         except FileNotFoundError:
-            raise FileNotFoundError(f"{where}: no such object") from None
+            raise _no_such_object(where) from None
         except OSError as err:
             raise StorageError(describe(where, err)) from None
         yield local
@@ -118,7 +124,7 @@ def read_bytes(where: Location) -> bytes:
         with client.open_input_stream(path) as stream:
             return stream.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"{where}: no such object") from None
+        raise _no_such_object(where) from None
     except OSError as err:
         raise StorageError(describe(where, err)) from None
 
@@ -190,7 +196,7 @@ def open_input(where: Location) -> fs.NativeFile:
     try:
         return client.open_input_stream(path, buffer_size=STREAM_CHUNK if is_remote(where) else None)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{where}: no such object") from None
+        raise _no_such_object(where) from None
     except OSError as err:
         raise StorageError(describe(where, err)) from None
 
