@@ -57,7 +57,7 @@ def test_shards_written_to_a_bucket_are_the_disks_bytes_and_a_rerun_reuses_them(
         assert damaged_shards(remote) == []  # sizes and sha256 of the objects, read back
     config = ShardConfig(source=videos / "annotations.csv", output=bucket_shards, max_samples_per_shard=5)
     assert all(write_shard(spec, config).reused for spec in plan_dataset(config))
-    assert list(Path(tempfile.gettempdir()).glob("vidtx-upload-*")) == []  # no staging file left
+    assert [p for p in (Path(tempfile.gettempdir()) / "vidtx-scratch").rglob("*") if p.is_file()] == []
 
 
 @pytest.mark.parametrize("store", ["video", "frames"])
@@ -206,9 +206,10 @@ def test_a_shard_job_killed_mid_upload_leaves_only_whole_shards_and_the_rerun_fi
     assert not [name for name in written if name.endswith(".manifest.json")]
     for name in (name for name in written if name.endswith(".tar")):
         assert storage.read_bytes(join(target, name)) == (local / name).read_bytes()
-    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    subprocess.run(command, check=True, capture_output=True, timeout=300, env=environment)
     for split in ("train", "val"):
         assert load_manifest(target, split).content_hash == load_manifest(local, split).content_hash
+    assert [p for p in (tmp_path / "tmp").rglob("*") if p.is_file()] == []  # the killed job's staging removed
 
 
 def test_refused_credentials_are_one_line_naming_the_url(

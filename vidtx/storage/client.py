@@ -41,6 +41,10 @@ def _filesystem(
 ) -> fs.FileSystem:
     if scheme == "gs":
         return fs.GcsFileSystem()
+    # The AWS SDK checks a CRC32 of each response body by default: about 0.8 ms of CPU per MiB here
+    # (0.6x the CPU of an 8 MiB ranged read without it), and a ranged read has no checksum to check
+    # (S3's are of whole objects). As boto3 reads the same variable, a user may still choose it.
+    os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "when_required")
     options: dict[str, object] = {"region": region or "us-east-1"}
     if endpoint_url:
         parts = urlsplit(endpoint_url)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,30 @@ from vidtx.storage.client import StorageError, describe, endpoint, file_info, fi
 
 STREAM_CHUNK = 8 << 20  # bytes per request of a stream read from a bucket
 FileState = tuple[int, int]  # (size, modification time in ns)
+
+
+@functools.cache
+def _scratch() -> Path:
+    """This process's folder for uploads being staged and downloads, `$TMPDIR/vidtx-scratch/<pid>`.
+    A process killed mid-upload cannot remove its own: the folders of processes that no longer run
+    are removed when the next process makes its own."""
+    root = Path(tempfile.gettempdir()) / "vidtx-scratch"
+    for folder in root.glob("*"):
+        if folder.name.isdigit() and not _running(int(folder.name)):
+            shutil.rmtree(folder, ignore_errors=True)
+    mine = root / str(os.getpid())
+    mine.mkdir(parents=True, exist_ok=True)
+    return mine
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _no_such_object(where: Location) -> FileNotFoundError:
@@ -104,7 +129,7 @@ def local_copy(where: Location) -> Iterator[Path]:
         yield Path(where)
         return
     client, path = filesystem(where)
-    with tempfile.TemporaryDirectory(prefix="vidtx-download-") as folder:
+    with tempfile.TemporaryDirectory(prefix="download-", dir=_scratch()) as folder:
         local = Path(folder) / name_of(where)
         try:
             with client.open_input_stream(path, buffer_size=STREAM_CHUNK) as stream, local.open("wb") as out:
@@ -169,7 +194,7 @@ def staged(where: Location) -> Iterator[Path]:
         Path(where).parent.mkdir(parents=True, exist_ok=True)
         yield Path(where)
         return
-    with tempfile.TemporaryDirectory(prefix="vidtx-upload-") as folder:
+    with tempfile.TemporaryDirectory(prefix="upload-", dir=_scratch()) as folder:
         local = Path(folder) / name_of(where)
         yield local
         upload(local, where)
