@@ -25,7 +25,7 @@ from mlflow import MlflowClient
 from sockets import exposed, listening_sockets, process_tree
 
 from vidtx import storage
-from vidtx.config import PipelineConfig, ShardConfig, dump_config
+from vidtx.config import ConfigError, PipelineConfig, ShardConfig, dump_config, load_config
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
@@ -374,6 +374,8 @@ def test_checkpoint_paths_keep_the_storage_uri() -> None:
     assert (
         checkpoint_uri("s3://bucket/runs", "bucket/runs/a/checkpoint-1") == "s3://bucket/runs/a/checkpoint-1"
     )
-    assert checkpoint_uri("file:///mnt/x", "/mnt/x/a/checkpoint-1") == "file:///mnt/x/a/checkpoint-1"
+    assert checkpoint_uri("file:///mnt/x", "/mnt/x/a/checkpoint-1") == "/mnt/x/a/checkpoint-1"  # a path here
     assert checkpoint_uri("/mnt/x", "/mnt/x/a/checkpoint-1") == "/mnt/x/a/checkpoint-1"
     assert checkpoint_uri("gs://b/r", "gs://b/r/a/checkpoint-1") == "gs://b/r/a/checkpoint-1"
+    with pytest.raises(ConfigError, match=r"train\.storage_path.*unsupported storage scheme 'hdfs'"):
+        load_config(None, ["train.storage_path=hdfs://namenode/runs"])

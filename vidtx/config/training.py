@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from vidtx.config.base import StrictModel
+from vidtx.locations import location
 
 AttentionImpl = Literal["auto", "sdpa", "math"]
 Precision = Literal["bf16", "fp16", "fp32"]
@@ -108,8 +109,8 @@ class TrainConfig(StrictModel):
     run_name: str | None = Field(None, description="Names the Ray run; the same name resumes it.")
     storage_path: str = Field(
         "runs/ray",
-        description="Local folder or URI (file://, s3://, gs://; any pyarrow file system) for checkpoints; "
-        "on a multi-node cluster, storage every node and the submitter reach.",
+        description="Local folder, file://, s3:// or gs:// URL for checkpoints; on a multi-node cluster, "
+        "storage every node and the submitter reach (a bucket: no shared file system needed).",
     )
     num_workers: int = Field(2, ge=1, description="Ray Train workers (one per GPU on a GPU cluster).")
     use_gpu: bool = False
@@ -150,6 +151,12 @@ class TrainConfig(StrictModel):
         if self.global_batch_size is None:
             return 1
         return self.global_batch_size // (self.micro_batch_size * self.num_workers)
+
+    @field_validator("storage_path")
+    @classmethod
+    def _storage_is_a_location(cls, value: str) -> str:
+        location(value)  # a ValueError names the scheme it does not know
+        return value
 
     @field_validator("deepspeed")
     @classmethod

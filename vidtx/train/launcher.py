@@ -24,7 +24,7 @@ from ray.train.torch import TorchTrainer
 from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.data.shares import UnreadableShardsError
-from vidtx.locations import location
+from vidtx.locations import is_remote, location
 from vidtx.model_factory import check_model_config
 from vidtx.processes import TerminatedError, sigterm_raises
 from vidtx.ray_session import ray_session
@@ -84,7 +84,7 @@ def _train_on_ray(
 
     storage_path = storage_location(train_cfg.storage_path)
     storage.check(location(storage_path))  # an unusable bucket is one line now, not a Ray error later
-    if "://" not in storage_path:
+    if not is_remote(storage_path):
         Path(storage_path).mkdir(parents=True, exist_ok=True)
     env_vars = worker_env()
     payload = WorkerPayload(

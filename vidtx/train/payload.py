@@ -12,10 +12,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pyarrow import fs
 from pydantic import BaseModel
 
+from vidtx import storage
 from vidtx.config import PipelineConfig
+from vidtx.locations import bucket_of, is_remote, location
 
 RESULT_FILE = "vidtx-result.json"
 
@@ -59,40 +60,34 @@ class TrainResult(BaseModel):
 
     def save(self) -> str:
         """Write the result into the run's storage folder; returns where."""
-        filesystem, folder = fs.FileSystem.from_uri(run_folder(self.storage_path, self.run_name))
-        filesystem.create_dir(folder, recursive=True)
-        with filesystem.open_output_stream(f"{folder}/{RESULT_FILE}") as stream:
-            stream.write(self.model_dump_json(indent=2).encode())
-        return f"{run_folder(self.storage_path, self.run_name)}/{RESULT_FILE}"
+        where = f"{run_folder(self.storage_path, self.run_name)}/{RESULT_FILE}"
+        with storage.staged(location(where)) as file:
+            file.write_text(self.model_dump_json(indent=2))
+        return where
 
     @classmethod
     def load(cls, storage_path: str, run_name: str) -> TrainResult:
         """The result a run wrote with `save`; FileNotFoundError when it wrote none."""
-        filesystem, folder = fs.FileSystem.from_uri(run_folder(storage_path, run_name))
-        path = f"{folder}/{RESULT_FILE}"
-        if filesystem.get_file_info(path).type == fs.FileType.NotFound:
+        where = location(f"{run_folder(storage_path, run_name)}/{RESULT_FILE}")
+        if not storage.is_file(where):
             raise FileNotFoundError(f"{run_folder(storage_path, run_name)}: no {RESULT_FILE}")
-        with filesystem.open_input_stream(path) as stream:
-            return cls.model_validate_json(stream.read())
+        return cls.model_validate_json(storage.read_text(where))
 
 
 def storage_location(storage_path: str) -> str:
-    """Object-store URIs pass through; local paths become absolute (Ray requires it)."""
-    if "://" in storage_path:
-        return storage_path
-    return str(Path(storage_path).expanduser().absolute())
+    """Bucket URLs pass through; local paths (and file:// URLs) become absolute (Ray requires it)."""
+    where = location(storage_path)
+    return str(where) if is_remote(where) else str(Path(where).expanduser().absolute())
 
 
 def checkpoint_uri(storage_path: str, path: str) -> str:
     """A checkpoint as later stages can open it: Ray reports paths inside the storage's pyarrow file
-    system (`bucket/run/checkpoint-...` for s3://bucket), which lose the scheme; a URI storage gets its
-    scheme back (`ray.train.Checkpoint(uri)` picks the file system from it). Local paths stay paths."""
-    storage = storage_location(storage_path)
-    if "://" not in storage or "://" in path:
+    system (`bucket/run/checkpoint-...` for s3://bucket), which lose the scheme; a bucket's get it
+    back (`ray.train.Checkpoint(uri)` picks the file system from it). Local paths stay paths."""
+    storage_url = storage_location(storage_path)
+    if not is_remote(storage_url) or "://" in path:
         return path
-    scheme, root = storage.split("://", 1)
-    if not path.startswith(root.rstrip("/")):  # a file system whose paths are not the URI's (hdfs://host/...)
-        return path
+    scheme, _ = bucket_of(storage_url)
     return f"{scheme}://{path}"
 
 
