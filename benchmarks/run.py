@@ -32,6 +32,7 @@ BENCHMARKS = [
     "reencode_settings",
     "frames_store",
     "object_storage",
+    "storage_clients",
     "sharding",
     "training_overhead",
     "temporal_reasoning",
