@@ -26,6 +26,7 @@ from ray_nodes import LocalCluster
 
 from vidtx.config import PipelineConfig
 from vidtx.eval.evaluate import predict_split
+from vidtx.locations import location
 from vidtx.manifest import load_manifest
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.lineage import FLOW_RUN_TAG
@@ -145,10 +146,10 @@ def test_train_model_flow_trains_on_two_nodes(
     assert result.run_name == "two-nodes"
     assert "vidtx.train" in logs  # the job's logs were followed
 
-    # checkpoints and the consolidated model come from the shared storage URI
+    # checkpoints and the consolidated model come from the shared storage (a file:// URL is a path here)
     assert result.checkpoint
-    assert result.checkpoint.startswith(f"{config.train.storage_path}/two-nodes/checkpoint-")
-    assert Path(result.checkpoint.removeprefix("file://"), "state").is_dir()
+    assert result.checkpoint.startswith(f"{location(config.train.storage_path)}/two-nodes/checkpoint-")
+    assert Path(result.checkpoint, "state").is_dir()
     model = load_trained_model(config, result.checkpoint)
     outputs = predict_split(model, config.data, config.data.val_split, num_clips=1, num_crops=1, batch_size=4)
     loss = torch.nn.functional.cross_entropy(outputs.logits[:, 0], outputs.labels).item()
