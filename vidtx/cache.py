@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +38,7 @@ class ShardCache:
         self.folder.mkdir(parents=True, exist_ok=True)
         partial = cached.with_name(f"{cached.name}{TEMPORARY_MARK}{os.getpid()}")
         try:
-            with storage.open_input(url) as source, partial.open("wb") as target:
-                shutil.copyfileobj(source, target, 1 << 20)
+            storage.download(url, partial)
             if (fetched := partial.stat().st_size) != size:
                 raise OSError(f"{url}: {fetched} of {size} bytes downloaded")
             os.replace(partial, cached)

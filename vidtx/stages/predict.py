@@ -18,7 +18,7 @@ from mlflow.exceptions import MlflowException
 from vidtx import storage
 from vidtx.config import apply_overrides, validate_config
 from vidtx.eval.predict import predict_videos
-from vidtx.locations import location
+from vidtx.locations import bucket_of, is_remote, location
 from vidtx.media.decode import VideoDecodeError
 from vidtx.tracking.model_registry import LoadedModel, load_registered_model
 from vidtx.tracking.runs import sqlite_file
@@ -72,8 +72,8 @@ def predict_files(
     frames, crops and views; `overrides` (`eval.num_crops=1`) change it for this call. The registry is
     `tracking_uri`, else MLFLOW_TRACKING_URI, else the demo's."""
     locations = [location(video) for video in videos]
-    for where in locations:  # an unusable bucket is one line at the start, not an error per video
-        storage.check(where)
+    for where in {bucket_of(str(w)): w for w in locations if is_remote(w)}.values():  # once per bucket
+        storage.check(where)  # an unusable bucket is one line at the start, not an error per video
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEMO_TRACKING_URI
     loaded = find_registered_model(model_uri, uri)
     config = validate_config(apply_overrides(loaded.config.model_dump(), overrides), model_uri, overrides)

@@ -15,7 +15,7 @@ from pathlib import Path
 from pyarrow import fs
 
 from vidtx.files import write_text as write_local_text
-from vidtx.locations import Location, is_remote, name_of, parent_of
+from vidtx.locations import Location, bucket_of, is_remote, name_of, parent_of
 from vidtx.storage.client import StorageError, describe, endpoint, file_info, filesystem
 
 STREAM_CHUNK = 8 << 20  # bytes per request of a stream read from a bucket
@@ -108,7 +108,7 @@ def file_states(files: Sequence[Location]) -> list[FileState | None]:
             infos = client.get_file_info(fs.FileSelector(path, allow_not_found=True))
         except OSError as err:
             raise StorageError(describe(folder, err)) from None
-        scheme = str(folder).partition("://")[0]
+        scheme, _ = bucket_of(str(folder))
         listed |= {f"{scheme}://{i.path}": (i.size, i.mtime_ns) for i in infos if i.type == fs.FileType.File}
     return [listed.get(str(file)) if is_remote(file) else _local_state(Path(file)) for file in files]
 
@@ -121,6 +121,15 @@ def _local_state(file: Path) -> FileState | None:
     return status.st_size, status.st_mtime_ns
 
 
+def download(where: Location, local: Path) -> None:
+    """Copy the object at `where` into the file `local`, streamed in 8 MiB requests."""
+    with open_input(where) as stream, local.open("wb") as out:
+        try:
+            shutil.copyfileobj(stream, out, STREAM_CHUNK)
+        except OSError as err:
+            raise StorageError(describe(where, err)) from None
+
+
 @contextlib.contextmanager
 def local_copy(where: Location) -> Iterator[Path]:
     """`where` as a file on this machine for the block: itself, or the object downloaded into a
@@ -128,16 +137,9 @@ def local_copy(where: Location) -> Iterator[Path]:
     if not is_remote(where):
         yield Path(where)
         return
-    client, path = filesystem(where)
     with tempfile.TemporaryDirectory(prefix="download-", dir=_scratch()) as folder:
         local = Path(folder) / name_of(where)
-        try:
-            with client.open_input_stream(path, buffer_size=STREAM_CHUNK) as stream, local.open("wb") as out:
-                shutil.copyfileobj(stream, out, STREAM_CHUNK)
-        except FileNotFoundError:
-            raise _no_such_object(where) from None
-        except OSError as err:
-            raise StorageError(describe(where, err)) from None
+        download(where, local)
         yield local
 
 
