@@ -271,3 +271,27 @@ def bucket_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
         ShardConfig(source=videos / "annotations.csv", output=url, max_samples_per_shard=5, processes=1)
     )
     return url
+
+
+# --- a registered model ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def registered_model(tiny_config: PipelineConfig, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """An untrained xvit_tiny (4 frames at 32x32, views 1x1) registered as `models:/predict-test@champion`
+    in a registry of its own: its tracking URI."""
+    from vidtx.eval.evaluate import evaluate
+    from vidtx.manifest import load_manifest
+    from vidtx.model_factory import model_for
+    from vidtx.tracking.model_registry import register
+    from vidtx.tracking.runs import connect, start_or_resume_run
+
+    workdir = tmp_path_factory.mktemp("registry")
+    config = tiny_config.model_copy(deep=True)
+    config.workdir, config.eval.num_crops, config.registry.model_name = workdir, 1, "predict-test"
+    config.registry.min_top1 = 0.0  # untrained: no alias otherwise
+    model = model_for(config)
+    result = evaluate(model, load_manifest(config.data.shards, "val"), config.data, config.eval)
+    client = connect(f"sqlite:///{workdir}/mlflow.db")
+    register(model, config, result, client=client, run_id=start_or_resume_run(client, config, "predict"))
+    return client.tracking_uri

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("vidtx.stages", "vidtx.plan"),
     ("vidtx.train",),
     ("vidtx.tracking",),
+    ("vidtx.serving",),
     ("vidtx.eval",),
     ("vidtx.data", "vidtx.shard", "vidtx.model_factory"),
     ("vidtx.manifest", "vidtx.media", "vidtx.models", "vidtx.cache"),
@@ -33,6 +34,8 @@ FORBIDDEN: list[tuple[str, str, str]] = [
     ("vidtx", "prefect", "the library never imports Prefect: flows/ orchestrate it"),
     ("flows", "mlflow", "flows reach MLflow only through vidtx.tracking"),
     ("vidtx.eval", "vidtx.train", "evaluation must not pull in Ray Train and DeepSpeed"),
+    ("vidtx.serving", "vidtx.train", "the served model must not pull in Ray Train and DeepSpeed"),
+    ("vidtx.serving", "ray", "the served model runs where Ray is not installed"),
 ]
 # Packages that may import nothing but the standard library, themselves and these.
 ONLY: dict[str, set[str]] = {

@@ -7,12 +7,7 @@ import pytest
 import yaml
 
 from vidtx import storage
-from vidtx.config import load_config
-from vidtx.eval.evaluate import evaluate
-from vidtx.manifest import load_manifest
-from vidtx.model_factory import model_for
-from vidtx.tracking.model_registry import register
-from vidtx.tracking.runs import connect, start_or_resume_run
+from vidtx.tracking.runs import connect
 
 DEMO = Path(__file__).resolve().parent.parent / "configs/experiments/demo.yaml"
 COMMANDS = [
@@ -140,22 +135,6 @@ def test_predict_names_the_registry_it_looked_in_and_creates_none(vidtx, tmp_pat
     )
 
 
-@pytest.fixture(scope="module")
-def registered_model(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> str:
-    """An untrained xvit_tiny registered as `models:/predict-test@champion`: the tracking URI."""
-    _, shards = synthetic_shards
-    workdir = tmp_path_factory.mktemp("registry")
-    sizes = ["data.num_frames=4", "data.short_side=32", "data.crop_size=32", "data.num_workers=0"]
-    config = load_config(DEMO, [f"data.shards={shards}", *sizes, f"workdir={workdir}"])
-    config.eval.split, config.eval.num_crops, config.registry.model_name = "val", 1, "predict-test"
-    config.registry.min_top1 = 0.0  # untrained: no alias otherwise
-    model = model_for(config)
-    result = evaluate(model, load_manifest(shards, "val"), config.data, config.eval)
-    client = connect(f"sqlite:///{workdir}/mlflow.db")
-    register(model, config, result, client=client, run_id=start_or_resume_run(client, config, "predict"))
-    return client.tracking_uri
-
-
 @pytest.mark.slow
 def test_predict_prints_every_good_file_and_reports_each_bad_one(
     vidtx, registered_model: str, tmp_path: Path, write_mp4: Callable[..., Path]
@@ -163,18 +142,21 @@ def test_predict_prints_every_good_file_and_reports_each_bad_one(
     good = [write_mp4(tmp_path / f"good{i}.mp4", num_frames=8, width=32, height=32) for i in (1, 2)]
     text = tmp_path / "notes.txt"
     text.write_text("not a video\n")
-    videos = [good[0], tmp_path / "missing.mp4", text, tmp_path, good[1]]
+    empty = tmp_path / "empty"  # a folder is read as the videos under it: none here
+    empty.mkdir()
+    videos = [good[0], tmp_path / "missing.mp4", text, empty, good[1]]
     model = ("--model", "models:/predict-test@champion", "--tracking-uri", registered_model)
     result = vidtx("predict", *map(str, videos), *model, "--top-k", "2")
     assert result.returncode == 1, result.stderr
-    printed = [line for line in result.stdout.splitlines() if not line.startswith(" ")]
+    *printed, summary = [line for line in result.stdout.splitlines() if not line.startswith(" ")]
     assert printed == [str(good[0]), str(good[1])]  # the file after the bad ones too
-    assert len(result.stdout.splitlines()) == 6  # two classes under each
+    assert len(result.stdout.splitlines()) == 7  # two classes under each, and the summary
+    assert summary == "5 videos scored by models:/predict-test/1, 3 unreadable"
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors[:3] == [
         f"error: {tmp_path / 'missing.mp4'}: No such file or directory",
         errors[1],
-        f"error: {tmp_path}: Is a directory",
+        f"error: {empty}: Is a directory",
     ]
     assert errors[1].startswith(f"error: {text}: ")
     assert errors[3:] == ["error: 3 of 5 videos could not be read"]
@@ -190,7 +172,7 @@ def test_predict_reads_videos_in_a_bucket(
     model = ("--model", "models:/predict-test@champion", "--tracking-uri", registered_model)
     result = vidtx("predict", good, f"{bucket}/videos/gone.mp4", *model, "--top-k", "2")
     assert result.returncode == 1, result.stderr
-    assert [line for line in result.stdout.splitlines() if not line.startswith(" ")] == [good]
+    assert [line for line in result.stdout.splitlines() if not line.startswith(" ")][:-1] == [good]
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [
         f"error: {bucket}/videos/gone.mp4: no such object",

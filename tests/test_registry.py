@@ -14,9 +14,9 @@ import torch
 from mlflow import MlflowClient
 
 from vidtx.eval.evaluate import EvalResult, evaluate
-from vidtx.eval.predict import predict_videos
 from vidtx.manifest import load_manifest
 from vidtx.models import save_checkpoint
+from vidtx.serving.classifier import VideoClassifier
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.model_registry import load_registered_model, register
 from vidtx.tracking.runs import mlflow_uris
@@ -98,7 +98,7 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
             mlflow.artifacts.download_artifacts("models:/aliases-test/2", dst_path=str(tmp_path / "v2"))
         )
     assert (
-        logged.joinpath("extra_files", "MODEL_CARD.md")
+        logged.joinpath("artifacts", "MODEL_CARD.md")
         .read_text()
         .startswith("# aliases-test\n\nVideo classifier")
     )
@@ -112,12 +112,15 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
 
     # predicting from MP4 files: the registered model and the in-memory one agree
     videos = sorted((synthetic_shards[0] / "val").rglob("*.mp4"))[:3]
-    from_registry = predict_videos(loaded.module, config.data, loaded.class_names, videos, top_k=2)
-    in_memory = predict_videos(trained, config.data, trained_eval.class_names, videos, top_k=2)
-    for registered, local in zip(from_registry, in_memory, strict=True):
-        assert [name for name, _ in registered.top] == [name for name, _ in local.top]
-        assert [p for _, p in registered.top] == pytest.approx([p for _, p in local.top], abs=1e-5)
-        assert registered.top[0][1] >= registered.top[1][1]
+    in_memory = VideoClassifier.of(trained, config, trained_eval.class_names)
+    views = {"top_k": 2, "num_clips": 1, "num_crops": 3}
+    from_registry = [loaded.classify(str(video), **views) for video in videos]
+    for registered, local in zip(
+        from_registry, [in_memory.classify(str(v), **views) for v in videos], strict=True
+    ):
+        assert registered.top_k_labels == local.top_k_labels
+        assert registered.top_k_scores == pytest.approx(local.top_k_scores, abs=1e-5)
+        assert registered.top_k_scores[0] >= registered.top_k_scores[1]
 
     cli = subprocess.run(
         [sys.executable, "-m", "vidtx", "predict", str(videos[0]), "--model", "models:/aliases-test@champion",
@@ -127,4 +130,4 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     assert cli.returncode == 0, cli.stderr
     lines = cli.stdout.strip().splitlines()
     assert lines[0] == str(videos[0])
-    assert lines[1].split()[-1] == from_registry[0].top[0][0]
+    assert lines[1].split()[-1] == from_registry[0].label

@@ -8,7 +8,6 @@ import json
 import logging
 import subprocess
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -52,6 +51,13 @@ def fail(message: str, code: int = 2) -> NoReturn:  # one line, no traceback
     raise typer.Exit(code)
 
 
+def with_shortcuts(shortcuts: dict[str, object], overrides: list[str] | None) -> list[str]:
+    """`--set` overrides after those of the shortcuts given (dotted field -> value, None: not given)."""
+    return [f"{field}={json.dumps(str(value))}" for field, value in shortcuts.items() if value] + (
+        overrides or []
+    )
+
+
 def load(
     config: Path | None,
     overrides: list[str] | None,
@@ -62,8 +68,7 @@ def load(
     its model checked against the zoo unless the command builds none (the check costs ~1 s of torch)."""
     from vidtx import model_factory, storage
 
-    given = [f"{field}={json.dumps(str(value))}" for field, value in (shortcuts or {}).items() if value]
-    loaded = load_config(config, [*given, *(overrides or [])])
+    loaded = load_config(config, with_shortcuts(shortcuts or {}, overrides))
     storage.configure(loaded.storage.endpoint_url, loaded.storage.region)
     if model:
         model_factory.check_model_config(loaded)
@@ -150,47 +155,39 @@ def train(
 @app.command()
 def evaluate(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: CheckpointOpt = None) -> None:
     """Multi-view evaluation of a checkpoint or a registered model; logged to the training run."""
-    _evaluate_and_register(load(config, overrides), checkpoint, register=False)
+    from vidtx.stages.evaluate import evaluate_run
+
+    typer.echo(evaluate_run(load(config, overrides), checkpoint, register=False))
 
 
 @app.command()
 def register(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: CheckpointOpt = None) -> None:
     """Evaluate, log the model to MLflow, register a version and move the aliases."""
-    _evaluate_and_register(load(config, overrides), checkpoint, register=True)
+    from vidtx.stages.evaluate import evaluate_run
 
-
-def _evaluate_and_register(cfg: PipelineConfig, checkpoint: str | None, register: bool) -> None:
-    from vidtx.eval.report import render_results
-    from vidtx.stages.evaluate import evaluate_trained
-    from vidtx.stages.register import register_trained
-    from vidtx.stages.trained_model import find_trained_run
-
-    trained = find_trained_run(cfg, checkpoint)
-    result = evaluate_trained(cfg, trained)
-    typer.echo(render_results(result))
-    if trained.mlflow_run_id:
-        typer.echo(f"logged to MLflow run {trained.mlflow_run_id}")
-    if register:
-        typer.echo(register_trained(cfg, trained, result).summary())
+    typer.echo(evaluate_run(load(config, overrides), checkpoint, register=True))
 
 
 @app.command()
 def predict(
-    videos: Annotated[list[str], typer.Argument(help="Video files, here or in a bucket (s3://, gs://).")],
+    videos: Annotated[list[str], typer.Argument(help="Videos, folders, CSV lists; here or in a bucket.")],
     model: Annotated[str, typer.Option(help="Registered model URI.")] = "models:/vidtx-xvit-demo@champion",
-    tracking_uri: Annotated[
-        str | None, typer.Option(help="MLflow URI (default: $MLFLOW_TRACKING_URI).")
+    tracking_uri: Annotated[str | None, typer.Option(help="MLflow URI (else $MLFLOW_TRACKING_URI).")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Classes per video (predict.top_k).")] = None,
+    output: Annotated[
+        str | None, typer.Option(help="Table to write, .parquet or .csv (predict.output).")
     ] = None,
-    top_k: Annotated[int, typer.Option(help="Classes to print per video.")] = 5,
     overrides: OverridesOpt = None,
 ) -> None:
-    """Top classes with probabilities for video files, from a registered model (the multi-view test of
-    the model's own config; e.g. --set eval.num_crops=1)."""
-    from vidtx.stages.predict import predict_files
+    """Top classes with probabilities for videos, from a registered model (the multi-view test of the
+    model's own config, e.g. --set eval.num_crops=1; as a Ray Data job with --set predict.ray_address)."""
+    from vidtx.stages.predict import load_for_prediction, predict_videos, print_row
 
-    errors = partial(typer.echo, err=True)
-    if failed := predict_files(model, videos, tracking_uri, overrides or [], top_k, typer.echo, errors):
-        fail(f"{failed} of {len(videos)} videos could not be read", 1)
+    settings = with_shortcuts({"predict.top_k": top_k, "predict.output": output}, overrides)
+    summary = predict_videos(*load_for_prediction(model, tracking_uri, settings), videos, print_row)
+    typer.echo(summary.text())
+    if summary.failed:
+        fail(f"{summary.failed} of {summary.videos} videos could not be read", 1)
 
 
 @app.command()

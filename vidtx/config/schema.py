@@ -16,6 +16,7 @@ from pydantic import Field
 from vidtx.config.base import StrictModel
 from vidtx.config.data import DataConfig, ShardConfig, SynthConfig
 from vidtx.config.training import ModelConfig, TrainConfig
+from vidtx.locations import StorageLocation
 
 Ensemble = Literal["logits_sum", "prob_mean"]
 
@@ -96,6 +97,30 @@ class StorageConfig(StrictModel):
     region: str | None = Field(None, description="S3 region (None: AWS_DEFAULT_REGION, else us-east-1).")
 
 
+class PredictConfig(StrictModel):
+    """`predict`: scoring videos with a registered model (`vidtx predict`, the `batch-predict` flow).
+
+    The views are the model's own (`eval.num_clips`, `eval.num_crops` of its registered config)
+    unless overridden too.
+    """
+
+    output: StorageLocation | None = Field(
+        None, description="Write the predictions here: a .parquet or .csv file, here or in a bucket."
+    )
+    top_k: int = Field(5, ge=1, description="Classes kept per video (top_k_labels, top_k_scores).")
+    batch_size: int = Field(8, ge=1, description="Videos per batch handed to a model replica.")
+    ray_address: str | None = Field(
+        None,
+        description="Score as a Ray Data job on this Ray cluster ('local': a Ray started here, 'auto', "
+        "host:port); None: in this process.",
+    )
+    replicas: int | None = Field(
+        None,
+        ge=1,
+        description="Model replicas (Ray actors) on the cluster (None: one per GPU, else per node).",
+    )
+
+
 class PipelineConfig(StrictModel):
     """The whole pipeline: synthesise (optional), shard, train, evaluate, register.
 
@@ -114,6 +139,7 @@ class PipelineConfig(StrictModel):
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    predict: PredictConfig = Field(default_factory=PredictConfig)
 
     def for_run(self, run_name: str) -> PipelineConfig:
         """A copy that names its training run: the stages after training find the run by this name."""

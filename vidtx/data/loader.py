@@ -90,8 +90,15 @@ def open_sample(
     data = next((sample[ext[1:]] for ext in VIDEO_EXTENSIONS if ext[1:] in sample), None)
     if data is None:
         raise VideoDecodeError(f"no video member among {sorted(k for k in sample if not k.startswith('_'))}")
+    return open_encoded(data, stored, short_side, num_threads), meta
+
+
+def open_encoded(data: bytes, stored: tuple[int, int], short_side: int, num_threads: int) -> Video:
+    """An encoded video of `stored` (width, height) decoded with its short side at `short_side`: how
+    evaluation opens a shard's video member and the served model a video it is sent."""
+    size = scaled_size(*stored, short_side)
     # decord scales while it decodes; at the stored size it needs no scaler at all
-    return open_video(data, size=None if size == stored else size, num_threads=num_threads), meta
+    return open_video(data, size=None if size == stored else size, num_threads=num_threads)
 
 
 def _frames(video: Video, indices: np.ndarray) -> np.ndarray:

@@ -17,8 +17,8 @@ from torch import nn
 
 from vidtx.config import DataConfig, EvalConfig
 from vidtx.data.loader import build_eval_loader
-from vidtx.data.transforms import normalize_clips
 from vidtx.eval.metrics import ClassificationMetrics, classification_metrics, combine_views, video_loss
+from vidtx.eval.predict import view_logits
 from vidtx.log import track
 from vidtx.manifest import Manifest
 from vidtx.ray_session import ray_session
@@ -94,7 +94,6 @@ def predict_split(
         rank=rank,
         world_size=world_size,
     )
-    weights = next(model.parameters())
     logits, labels, keys = [], [], []
     batches = (
         track(loader, f"evaluate {split}", total=-(-expected_videos // batch_size))
@@ -103,9 +102,8 @@ def predict_split(
     )
     for views, batch_labels, batch_keys in batches:  # uint8 views (B, V, T, H, W, C)
         batch, num_views = views.shape[:2]
-        clips = views.flatten(0, 1).to(weights.device, non_blocking=True)  # (B*V, T, H, W, C)
-        out = model(normalize_clips(clips, data.mean, data.std, weights.dtype))  # (B*V, K)
-        logits.append(out.float().view(batch, num_views, -1))
+        out = view_logits(model, data, views.flatten(0, 1))  # (B*V, T, H, W, C) -> (B*V, K)
+        logits.append(out.view(batch, num_views, -1))
         labels.append(batch_labels)
         keys.extend(batch_keys)
     if not keys:

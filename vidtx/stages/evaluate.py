@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from vidtx.config import PipelineConfig
 from vidtx.eval.evaluate import EvalResult, evaluate
-from vidtx.stages.trained_model import TrainedRun, load_trained_model
+from vidtx.eval.report import render_results
+from vidtx.stages.register import register_trained
+from vidtx.stages.trained_model import TrainedRun, find_trained_run, load_trained_model
 from vidtx.tracking.evaluation import log_evaluation
 from vidtx.train.splits import evaluation_split
 
@@ -17,3 +19,16 @@ def evaluate_trained(config: PipelineConfig, trained: TrainedRun) -> EvalResult:
     if trained.mlflow_run_id:
         log_evaluation(trained.client, trained.mlflow_run_id, result)
     return result
+
+
+def evaluate_run(config: PipelineConfig, checkpoint: str | None, register: bool) -> str:
+    """`vidtx evaluate` / `vidtx register`: evaluate the run's checkpoint (or `checkpoint`) and, with
+    `register`, register it; the report to print."""
+    trained = find_trained_run(config, checkpoint)
+    result = evaluate_trained(config, trained)
+    lines = [render_results(result)]
+    if trained.mlflow_run_id:
+        lines.append(f"logged to MLflow run {trained.mlflow_run_id}")
+    if register:
+        lines.append(register_trained(config, trained, result).summary())
+    return "\n".join(lines)

@@ -1,35 +1,56 @@
-"""The predict stage: a registered model on video files, with the test protocol of its own config.
+"""The predict stage: a registered model on videos (files, folders, CSV lists, bucket prefixes), in
+this process or as a Ray Data job; each result reported as it comes, all of them written as a table.
 
-Files are predicted one by one and each result is printed as it comes: a bad file (missing, a folder,
-not a video, undecodable) is reported with its reason and the others go on. The registry is looked
-up without side effects: MLflow creates a SQLite store (or a file store) that does not exist when it
-is asked anything, so a missing store is an error naming where vidtx looked, checked first.
+The alias is resolved to one version once, before any video is read, and only that version is used.
+A bad video (missing, a folder, not a video, undecodable) is a row with its `error` and the others go
+on. The registry is looked up without side effects: MLflow creates a SQLite store (or a file store)
+that does not exist when it is asked anything, so a missing store is an error naming where vidtx
+looked, checked first.
 """
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
+import pandas as pd
+from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from vidtx import storage
-from vidtx.config import apply_overrides, validate_config
-from vidtx.eval.predict import predict_videos
-from vidtx.locations import bucket_of, is_remote, location
-from vidtx.media.decode import VideoDecodeError
-from vidtx.tracking.model_registry import LoadedModel, load_registered_model
-from vidtx.tracking.runs import sqlite_file
+from vidtx.config import PredictConfig, apply_overrides, validate_config
+from vidtx.locations import Location, bucket_of, is_remote, join, location, parent_of
+from vidtx.serving.classifier import VideoClassifier
+from vidtx.shard.folder import walk
+from vidtx.stages.scoring import score_here, score_on_ray, table_writer
+from vidtx.tracking.model_registry import load_registered_model
+from vidtx.tracking.runs import mlflow_uris, sqlite_file
 
 DEMO_TRACKING_URI = "sqlite:///runs/demo/mlflow.db"  # where `make demo` registers its model
 POINT_ELSEWHERE = "point --tracking-uri (or MLFLOW_TRACKING_URI) at the store the model was registered in"
-FILE_ERRORS = (OSError, VideoDecodeError, ValueError)  # what one bad video file raises
+CSV_COLUMNS = ("path", "video")  # the column of a CSV list of videos
 
 
 class RegisteredModelNotFoundError(ValueError):
     """The registered model is not in the registry that was looked at; the message names its URI."""
+
+
+@dataclasses.dataclass
+class PredictionSummary:
+    model_uri: str  # the version that answered: models:/<name>/<version>
+    videos: int
+    failed: int  # rows with an error
+    output: Location | None  # the table, when one was written
+
+    def text(self) -> str:
+        table = f", table {self.output}" if self.output is not None else ""
+        return f"{self.videos} videos scored by {self.model_uri}, {self.failed} unreadable{table}"
 
 
 def _local_store(uri: str) -> Path | None:
@@ -40,51 +61,117 @@ def _local_store(uri: str) -> Path | None:
     return Path(parsed.path) if parsed.scheme in ("", "file") else None
 
 
-def find_registered_model(model_uri: str, tracking_uri: str) -> LoadedModel:
-    """The registered model, or RegisteredModelNotFoundError naming the registry and how to point
-    elsewhere; a local store that does not exist is reported, not created."""
+def resolve_version(model_uri: str, tracking_uri: str) -> str:
+    """`models:/<name>@<alias>` as `models:/<name>/<version>` (the version the alias names now), or
+    RegisteredModelNotFoundError naming the registry; a local store that does not exist is reported,
+    not created."""
     store = _local_store(tracking_uri)
     if store is not None and not store.exists():
         raise RegisteredModelNotFoundError(
             f"{model_uri}: no MLflow registry at {tracking_uri} ({store.absolute()} does not exist); "
             f"{POINT_ELSEWHERE}"
         )
+    name, _, alias = model_uri.removeprefix("models:/").partition("@")
+    if not alias:
+        return model_uri
     try:
-        return load_registered_model(model_uri, tracking_uri=tracking_uri)
+        with mlflow_uris(tracking_uri):
+            version = MlflowClient().get_model_version_by_alias(name, alias).version
     except MlflowException as err:
         reason = err.message.strip().splitlines()[0]
         raise RegisteredModelNotFoundError(
             f"{model_uri}: not found in the MLflow registry at {tracking_uri} ({reason}); {POINT_ELSEWHERE}"
         ) from err
+    return f"models:/{name}/{version}"
 
 
-def predict_files(
+def load_for_prediction(
     model_uri: str,
-    videos: Sequence[str],
     tracking_uri: str | None,
-    overrides: Sequence[str],
-    top_k: int,
-    echo: Callable[[str], object],
-    report: Callable[[str], object],
-) -> int:
-    """`vidtx predict`: echo each video's top-k classes as soon as it is done, `report` one line per
-    video that could not be read; returns how many could not. The model's registered config decides
-    frames, crops and views; `overrides` (`eval.num_crops=1`) change it for this call. The registry is
-    `tracking_uri`, else MLFLOW_TRACKING_URI, else the demo's."""
-    locations = [location(video) for video in videos]
-    for where in {bucket_of(str(w)): w for w in locations if is_remote(w)}.values():  # once per bucket
-        storage.check(where)  # an unusable bucket is one line at the start, not an error per video
+    overrides: Sequence[str] = (),
+    predict: PredictConfig | None = None,
+) -> tuple[VideoClassifier, str]:
+    """The classifier of the version `model_uri` names now, and that version's URI. Its registered
+    config with `overrides` (`eval.num_crops=1`) decides frames, crops and views; `predict` (or the
+    `predict.*` overrides) how to score. The registry is `tracking_uri`, else MLFLOW_TRACKING_URI,
+    else the demo's."""
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEMO_TRACKING_URI
-    loaded = find_registered_model(model_uri, uri)
-    config = validate_config(apply_overrides(loaded.config.model_dump(), overrides), model_uri, overrides)
-    views = {"num_clips": config.eval.num_clips, "num_crops": config.eval.num_crops, "top_k": top_k}
+    version = resolve_version(model_uri, uri)
+    classifier = load_registered_model(version, tracking_uri=uri)
+    raw = classifier.config.model_dump() | {"predict": predict.model_dump() if predict else {}}
+    classifier.config = validate_config(apply_overrides(raw, overrides), model_uri, overrides)
+    storage.configure(classifier.config.storage.endpoint_url, classifier.config.storage.region)
+    return classifier, version
+
+
+def _listed(csv_file: Location) -> list[str]:
+    """The videos a CSV lists (column `path` or `video`); relative ones are relative to its folder."""
+    rows = csv.DictReader(io.StringIO(storage.read_text(csv_file)))
+    column = next((name for name in CSV_COLUMNS if name in (rows.fieldnames or [])), None)
+    if column is None:
+        raise ValueError(f"{csv_file}: a list of videos needs a column named one of {list(CSV_COLUMNS)}")
+    entries = [row[column] for row in rows if row[column]]
+    return [
+        entry if "://" in entry or entry.startswith("/") else str(join(parent_of(csv_file), entry))
+        for entry in entries
+    ]
+
+
+def expand_inputs(inputs: Sequence[str]) -> list[str]:
+    """The videos to score: a file as it is, a folder or bucket prefix as the videos under it (sorted,
+    hidden ones left out), a `.csv` as the videos it lists. A missing one stays, to be reported."""
+    where = [location(value) for value in inputs]
+    for bucket in {bucket_of(str(w)): w for w in where if is_remote(w)}.values():  # once per bucket
+        storage.check(bucket)  # an unusable bucket is one line at the start, not an error per video
+    videos: list[str] = []
+    for item in where:
+        if str(item).lower().endswith(".csv") and storage.is_file(item):
+            videos += _listed(item)
+        elif _is_folder(item):  # a folder without videos stays, to be reported as one
+            videos += [str(file.path) for file in walk(item)[0] if file.is_video] or [str(item)]
+        else:
+            videos.append(str(item))
+    return videos
+
+
+def _is_folder(where: Location) -> bool:
+    """A folder here, or a bucket location that is no object (then perhaps a prefix)."""
+    return not storage.is_file(where) if is_remote(where) else Path(where).is_dir()
+
+
+def print_row(row: pd.Series) -> None:
+    """A row as `vidtx predict` prints it: the path and its top classes, or `error: path: why` on stderr."""
+    if row["error"] is not None:
+        print(f"error: {row['path']}: {row['error']}", file=sys.stderr, flush=True)
+        return
+    top = zip(row["top_k_labels"], row["top_k_scores"], strict=True)
+    print("\n".join([row["path"], *(f"  {score:6.1%}  {label}" for label, score in top)]), flush=True)
+
+
+def predict_videos(
+    classifier: VideoClassifier,
+    version: str,
+    inputs: Sequence[str],
+    on_row: Callable[[pd.Series], object] = lambda row: None,
+) -> PredictionSummary:
+    """Score the videos of `inputs` with `classifier` (see `load_for_prediction`) as its config's
+    `predict` section says, calling `on_row` with each row as it comes."""
+    config = classifier.config
+    predict = config.predict
+    videos = expand_inputs(inputs)
+    if not videos:
+        raise ValueError(f"no videos to score in {', '.join(inputs)}")
+    views = {"top_k": predict.top_k, "num_clips": config.eval.num_clips, "num_crops": config.eval.num_crops}
+    batches = (
+        score_on_ray(classifier, videos, views, predict)
+        if predict.ray_address
+        else score_here(classifier, videos, views, predict.batch_size)
+    )
     failed = 0
-    for video in locations:
-        try:
-            [prediction] = predict_videos(loaded.module, config.data, loaded.class_names, [video], **views)
-        except FILE_ERRORS as err:
-            failed += 1
-            report(f"error: {video}: {err.strerror if isinstance(err, OSError) and err.strerror else err}")
-            continue
-        echo("\n".join([prediction.video, *(f"  {p:6.1%}  {name}" for name, p in prediction.top)]))
-    return failed
+    with table_writer(predict.output) as append:
+        for frame in batches:
+            append(frame)
+            for _, row in frame.iterrows():
+                failed += row["error"] is not None
+                on_row(row)
+    return PredictionSummary(version, len(videos), failed, predict.output)

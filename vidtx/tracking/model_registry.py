@@ -11,31 +11,28 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
-import numpy as np
-import torch
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
-from mlflow.models import ModelSignature
-from mlflow.types import Schema, TensorSpec
 from mlflow.utils.logging_utils import disable_logging, enable_logging
 from torch import nn
 
-from vidtx.config import PipelineConfig, RegistryConfig, dump_config, load_config
+from vidtx.config import PipelineConfig, RegistryConfig
 from vidtx.eval.evaluate import EvalResult
 from vidtx.eval.report import render_results
 from vidtx.models import count_flops
+from vidtx.serving.classifier import VideoClassifier
+from vidtx.serving.packaging import log_classifier, read_classifier
 from vidtx.tracking.runs import mlflow_uris
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE, LABELS_FILE, CARD_FILE = "config.yaml", "labels.json", "MODEL_CARD.md"
+CARD_FILE = "MODEL_CARD.md"
 METRIC_TAG = "vidtx.metric.{}"
 SPLIT_TAG = "vidtx.eval_split"  # manifest hash + views: what makes two metrics comparable
 
@@ -70,12 +67,6 @@ def _without_mlflow_prints() -> Iterator[None]:
         yield
     finally:
         enable_logging()
-
-
-def _signature(num_frames: int, size: int, num_classes: int) -> ModelSignature:
-    clips = TensorSpec(np.dtype(np.float32), (-1, 3, num_frames, size, size), "clips")
-    logits = TensorSpec(np.dtype(np.float32), (-1, num_classes), "logits")
-    return ModelSignature(inputs=Schema([clips]), outputs=Schema([logits]))
 
 
 def model_card(
@@ -142,30 +133,17 @@ def register(
     run = client.get_run(run_id)
     train_seconds = (run.info.end_time - run.info.start_time) / 1000 if run.info.end_time else None
     card = model_card(config, result, flops.gflops, sum(p.numel() for p in model.parameters()), train_seconds)
-    example = torch.zeros(2, 3, data.num_frames, data.crop_size, data.crop_size)  # batch 2: keeps B dynamic
     split_tag = f"{result.manifest_hash}:{result.views}"
     tags = {
         METRIC_TAG.format(registry.metric): str(score),
         SPLIT_TAG: split_tag,
         "vidtx.gflops_per_view": f"{flops.gflops:.3f}",
     }
-    with mlflow_uris(client.tracking_uri), tempfile.TemporaryDirectory() as directory:
-        files = {
-            CONFIG_FILE: dump_config(config),
-            LABELS_FILE: json.dumps(result.class_names),
-            CARD_FILE: f"# {registry.model_name}\n\n{card}",
-        }
-        for name, text in files.items():
-            Path(directory, name).write_text(text)
+    with mlflow_uris(client.tracking_uri):
         with mlflow.start_run(run_id=run_id):
-            info = mlflow.pytorch.log_model(
-                model,
-                name=registry.model_name,  # the logged model, named as the registered one
-                signature=_signature(data.num_frames, data.crop_size, len(result.class_names)),
-                input_example=example.numpy(),  # MLflow 3 exports the model (pt2) by tracing it
-                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
-                extra_files=[str(Path(directory, name)) for name in files],
-            )
+            card_file = {CARD_FILE: f"# {registry.model_name}\n\n{card}"}
+            # the logged model is named as the registered one
+            info = log_classifier(model, config, result.class_names, registry.model_name, card_file)
         with _without_mlflow_prints():
             version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
     client.update_model_version(registry.model_name, version, description=card)
@@ -192,26 +170,10 @@ def register(
     )
 
 
-@dataclasses.dataclass
-class LoadedModel:
-    """A registered model ready for inference, with what it was trained on; from `load_registered_model`.
-
-    Prediction and evaluation of a `models:/` URI use it; the config gives the data settings (frames,
-    crop size, normalisation) the model expects.
-    """
-
-    module: nn.Module  # clips (B, 3, T, H, W) float32 -> logits (B, K)
-    config: PipelineConfig  # the pipeline config the model was trained with
-    class_names: list[str]  # index = label id = logit index
-
-
-def load_registered_model(model_uri: str, tracking_uri: str | None = None) -> LoadedModel:
-    """Load `models:/<name>@<alias>` (or `/<version>`) with its config and class names."""
+def load_registered_model(model_uri: str, tracking_uri: str | None = None) -> VideoClassifier:
+    """`models:/<name>@<alias>` (or `/<version>`) as the classifier: its network (`.module`), config and
+    class names, read from the model's artifacts without MLflow's pyfunc loader."""
     uris = mlflow_uris(tracking_uri) if tracking_uri else contextlib.nullcontext()
     with uris, tempfile.TemporaryDirectory() as directory:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=directory))
-        module = mlflow.pytorch.load_model(str(local))
-        extra = local / "extra_files"
-        config = load_config(extra / CONFIG_FILE)
-        class_names = json.loads((extra / LABELS_FILE).read_text())
-    return LoadedModel(module, config, class_names)
+        return read_classifier(local)
