@@ -18,12 +18,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
+import ray.data
 import torch
 
 from vidtx import storage
 from vidtx.config import PredictConfig
 from vidtx.files import replaced
 from vidtx.locations import Location, name_of
+from vidtx.log import adopt_loggers
 from vidtx.ray_session import ray_session
 from vidtx.serving.classifier import INPUT_COLUMN, VideoClassifier
 
@@ -74,16 +76,17 @@ def score_on_ray(
     with ray_session(predict.ray_address):
         gpus = int(ray.cluster_resources().get("GPU", 0))
         replicas = predict.replicas or gpus or sum(1 for node in ray.nodes() if node["Alive"])
-        ray.data.DataContext.get_current().enable_progress_bars = False  # vidtx prints each video
+        adopt_loggers(["ray.data"])  # configured by Ray Data's import: its records go where vidtx's go
         dataset = ray.data.from_items([{PATH_COLUMN: path} for path in paths]).map_batches(
             _Replica,
             fn_constructor_kwargs={"classifier": classifier, "views": views},
             batch_size=predict.batch_size,
             batch_format="pandas",
-            concurrency=replicas,
+            compute=ray.data.ActorPoolStrategy(size=replicas),
             num_gpus=1 if gpus else 0,
         )
-        yield from dataset.iter_batches(batch_size=None, batch_format="pandas")
+        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+            yield pd.DataFrame(batch.to_pylist(), columns=TABLE_SCHEMA.names, dtype=object)  # lists, None
 
 
 @contextlib.contextmanager

@@ -1,0 +1,93 @@
+"""Batch scoring with `vidtx predict`: folders, CSV lists and bucket prefixes in, one table out, in this
+process or as a Ray Data job, with the same rows either way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from vidtx import storage
+from vidtx.serving.classifier import OUTPUT_COLUMNS
+
+pytestmark = pytest.mark.slow
+MODEL = "models:/predict-test@champion"
+
+
+@pytest.fixture
+def video_folder(tmp_path: Path, write_mp4: Callable[..., Path]) -> Path:
+    """videos/a/{0,1}.mp4, videos/b/2.mp4, a broken videos/b/bad.mp4, a hidden one and a text file."""
+    folder = tmp_path / "videos"
+    for i, name in enumerate(["a/0.mp4", "a/1.mp4", "b/2.mp4", ".hidden/3.mp4"]):
+        write_mp4(folder / name, num_frames=8 + i, width=32, height=32)
+    (folder / "b" / "bad.mp4").write_bytes(b"not a video")
+    (folder / "b" / "notes.txt").write_text("not a video either\n")
+    return folder
+
+
+def table(path: Path) -> pd.DataFrame:
+    frame = pq.read_table(path).to_pandas()
+    return frame.sort_values("path", ignore_index=True)
+
+
+def test_a_folder_and_a_csv_list_become_one_parquet_table(
+    vidtx, registered_model: str, video_folder: Path, tmp_path: Path
+) -> None:
+    listed = tmp_path / "list.csv"
+    listed.write_text("path,label\nvideos/a/0.mp4,x\nvideos/missing.mp4,y\n")  # relative to the CSV
+    output = tmp_path / "out" / "predictions.parquet"
+    model = ("--model", MODEL, "--tracking-uri", registered_model)
+    result = vidtx("predict", str(video_folder), str(listed), *model, "--top-k", "2", "--output", str(output))
+    assert result.returncode == 1, result.stderr  # two videos could not be read
+    assert result.stdout.splitlines()[-1] == (
+        f"6 videos scored by models:/predict-test/1, 2 unreadable, table {output}"
+    )
+    rows = table(output)
+    assert list(pq.read_schema(output).names) == ["path", *OUTPUT_COLUMNS]
+    assert rows["path"].tolist() == sorted(
+        [*(str(video_folder / n) for n in ("a/0.mp4", "a/1.mp4", "b/2.mp4", "b/bad.mp4", "a/0.mp4")),
+         str(tmp_path / "videos/missing.mp4")]
+    )  # fmt: skip
+    good = rows[rows["error"].isna()]
+    assert len(good) == 4
+    assert all(len(labels) == 2 for labels in good["top_k_labels"])
+    assert (good["score"] == good["top_k_scores"].map(lambda scores: scores[0])).all()
+    errors = dict(zip(rows["path"], rows["error"], strict=True))
+    assert errors[str(tmp_path / "videos/missing.mp4")] == "No such file or directory"
+    assert errors[str(video_folder / "b/bad.mp4")]
+    assert rows[rows["error"].notna()]["label"].isna().all()
+
+
+def test_a_bucket_prefix_scored_on_ray_gives_the_rows_scored_here(
+    vidtx, registered_model: str, video_folder: Path, bucket: str, tmp_path: Path
+) -> None:
+    for video in ("a/0.mp4", "a/1.mp4", "b/2.mp4", "b/bad.mp4"):
+        storage.upload(video_folder / video, f"{bucket}/videos/{video}")
+    model = ("--model", MODEL, "--tracking-uri", registered_model)
+    here = vidtx("predict", f"{bucket}/videos", *model, "--output", f"{bucket}/here.parquet")
+    assert here.returncode == 1, here.stderr
+    on_ray = vidtx(
+        "predict", f"{bucket}/videos", *model, "--output", str(tmp_path / "ray.csv"),
+        "--set", "predict.ray_address=local", "--set", "predict.batch_size=2",
+    )  # fmt: skip
+    assert on_ray.returncode == 1, on_ray.stderr
+    assert on_ray.stdout, on_ray.stderr
+    assert on_ray.stdout.splitlines()[-1].startswith(
+        "4 videos scored by models:/predict-test/1, 1 unreadable"
+    )
+    with storage.local_copy(f"{bucket}/here.parquet") as local:
+        expected = table(local)
+    scored = pd.read_csv(tmp_path / "ray.csv").sort_values("path", ignore_index=True)
+    assert scored["path"].tolist() == expected["path"].tolist()
+    assert scored["path"].tolist()[0] == f"{bucket}/videos/a/0.mp4"
+    for (_, row), (_, want) in zip(scored.iterrows(), expected.iterrows(), strict=True):
+        if pd.notna(want["error"]):
+            assert row["error"] == want["error"]
+            continue
+        assert json.loads(row["top_k_labels"]) == list(want["top_k_labels"])
+        assert json.loads(row["top_k_scores"]) == pytest.approx(list(want["top_k_scores"]), abs=1e-6)
+        assert row["label"] == want["label"]
