@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from vidtx.config import PipelineConfig, ShardConfig, SynthConfig
+from vidtx.config import PipelineConfig, PredictConfig, ShardConfig, SynthConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 INFRA = ROOT / "infra"
@@ -107,6 +107,9 @@ def assert_deployment_runs(deployment: dict[str, Any], expected: PipelineConfig)
     parameters = deployment["parameters"]
     if "config" in parameters:
         assert PipelineConfig.model_validate(parameters["config"]) == expected
+    elif "predict" in parameters:  # batch-predict: the demo's test videos into its workdir
+        assert parameters["inputs"] == [str(expected.synth.output / expected.eval.split)]
+        assert Path(PredictConfig.model_validate(parameters["predict"]).output).parent == expected.workdir
     else:
         assert ShardConfig.model_validate(parameters["shard"]) == expected.shard
         assert SynthConfig.model_validate(parameters["synth"]) == expected.synth

@@ -164,7 +164,14 @@ def test_video_pipeline_checks_the_model_and_the_evaluation_split_before_trainin
 def test_deployments_validate_and_expose_the_config_form() -> None:
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     deployments = spec["deployments"]
-    flows = ("shard_dataset", "train_model", "evaluate_model", "register_model", "video_pipeline")
+    flows = (
+        "shard_dataset",
+        "train_model",
+        "evaluate_model",
+        "register_model",
+        "video_pipeline",
+        "batch_predict",
+    )
     targets = {(d["entrypoint"].split(":")[1], d["work_pool"]["name"]) for d in deployments}
     assert {(flow, pool) for flow in flows for pool in ("vidtx-process", "vidtx-kubernetes")} <= targets
     for deployment in deployments:
@@ -196,6 +203,33 @@ def test_local_deployments_run_the_demo_config() -> None:
     demo = load_config(ROOT / "configs/experiments/demo.yaml")
     assert PipelineConfig.model_validate(spec["definitions"]["local_demo"]) == demo
     local = [d for d in spec["deployments"] if d["work_pool"]["name"] == "vidtx-process"]
-    assert len(local) == 5
+    assert len(local) == 6
     for deployment in local:
         assert_deployment_runs(deployment, demo)
+
+
+def test_batch_predict_writes_the_table_and_links_the_version_it_used(
+    registered_model: str, tmp_path: Path, write_mp4
+) -> None:
+    import pyarrow.parquet as pq
+
+    from flows.predict import batch_predict
+    from vidtx.config import PredictConfig
+
+    for i in range(3):
+        write_mp4(tmp_path / "videos" / f"{i}.mp4", num_frames=8, width=32, height=32)
+    (tmp_path / "videos" / "bad.mp4").write_bytes(b"not a video")
+    output = tmp_path / "predictions.parquet"
+    summary = batch_predict(
+        [str(tmp_path / "videos")],
+        PredictConfig(output=output, top_k=2),
+        model="models:/predict-test@champion",
+        tracking_uri=registered_model,
+    )
+    assert (summary.videos, summary.failed, summary.model_uri) == (4, 1, "models:/predict-test/1")
+    assert pq.read_table(output).num_rows == 4
+    artifact = latest_artifact("batch-predictions").data
+    assert "[predict-test v1](" in artifact
+    assert f"| {tmp_path / 'videos' / 'bad.mp4'} |" in artifact
+    with pytest.raises(ValueError, match=r"set predict\.output"):
+        batch_predict([str(tmp_path / "videos")], PredictConfig(), tracking_uri=registered_model)

@@ -1,0 +1,64 @@
+"""`batch-predict`: a registered model over many videos (files, folders, CSV lists, bucket prefixes),
+written as a predictions table; in the flow's process, or as a Ray Data job with `predict.ray_address`.
+
+The alias is resolved once, when the flow starts: every video is scored by that one version, which
+the flow's artifact names and links to.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+
+from vidtx.config import PredictConfig
+from vidtx.markdown import markdown_table
+from vidtx.serving.classifier import VideoClassifier
+from vidtx.stages.predict import PredictionSummary, load_for_prediction, predict_videos
+from vidtx.tracking.links import model_version_link
+
+SHOWN_ERRORS = 20  # unreadable videos listed in the artifact; the table has them all
+
+
+@task(retries=2, retry_delay_seconds=10)
+def resolve_model(
+    model: str, tracking_uri: str | None, overrides: list[str], predict: PredictConfig
+) -> tuple[VideoClassifier, str]:
+    return load_for_prediction(model, tracking_uri, overrides, predict)
+
+
+@flow(name="batch-predict", log_prints=True)
+def batch_predict(
+    inputs: list[str],
+    predict: PredictConfig,
+    model: str = "models:/vidtx-xvit-demo@champion",
+    tracking_uri: str | None = None,
+    overrides: list[str] | None = None,
+) -> PredictionSummary:
+    """Score the videos of `inputs` with `model` into `predict.output` (required here). `overrides`
+    change the model's own config for this run, e.g. `eval.num_crops=1`."""
+    if predict.output is None:
+        raise ValueError("batch-predict writes a table: set predict.output (a .parquet or .csv file)")
+    logger = get_run_logger()
+    classifier, version = resolve_model(model, tracking_uri, overrides or [], predict)
+    logger.info("scoring with %s (%s)", version, model)
+    unreadable: list[tuple[str, str]] = []
+
+    def on_row(row: pd.Series) -> None:
+        if row["error"] is not None:
+            unreadable.append((row["path"], row["error"]))
+
+    summary = predict_videos(classifier, version, inputs, on_row)
+    name, number = version.removeprefix("models:/").split("/")
+    lines = [
+        "# Batch predictions",
+        "",
+        f"{summary.text()}.",
+        "",
+        f"Model: [{name} v{number}]({model_version_link(classifier.config, name, number)}) ({model})",
+    ]
+    if unreadable:
+        lines += ["", markdown_table(["video", "why it could not be read"], unreadable[:SHOWN_ERRORS])]
+    create_markdown_artifact("\n".join(lines), key="batch-predictions", description=summary.text())
+    logger.info(summary.text())
+    return summary
