@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install demo test test-ui lint format bench ui ui-stop s3 clean
+.PHONY: install demo test test-ui lint format bench ui ui-stop serve s3 clean
 
 install: $(STAMP)
 
@@ -54,6 +54,16 @@ ui: install
 
 ui-stop:
 	BIN=$(BIN) infra/local/ui.sh stop
+
+# The registered model behind MLflow's scoring server (POST /invocations) on loopback. mlflow starts
+# `uvicorn` by name, so the venv's bin goes first on PATH; the registry is the demo's unless
+# MLFLOW_TRACKING_URI says otherwise.
+SERVE_MODEL ?= models:/vidtx-xvit-demo@champion
+SERVE_PORT ?= 5001
+serve: install
+	eval "$$($(BIN)/python -m vidtx.env)" && PATH="$(CURDIR)/$(BIN):$$PATH" \
+	MLFLOW_TRACKING_URI="$${MLFLOW_TRACKING_URI:-sqlite:///runs/demo/mlflow.db}" \
+	$(BIN)/mlflow models serve -m "$(SERVE_MODEL)" --env-manager local --host 127.0.0.1 --port $(SERVE_PORT)
 
 # A local S3 server for trying s3:// shards and checkpoints (moto's server mode, in memory, on loopback).
 S3_PORT ?= 9000

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mlflow
+import pandas as pd
 import pytest
 import yaml
 from demo_config import shrunk_demo_config
@@ -24,6 +26,8 @@ from rich.console import Console
 
 from flows.pipeline import PipelineResult
 from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
+from vidtx.serving.classifier import OUTPUT_COLUMNS
+from vidtx.tracking.runs import mlflow_uris
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_api")]
@@ -66,6 +70,15 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     run = tracking.get_run(summary.mlflow_run_id)
     assert "prefect.flow_run_id" in run.data.tags
     assert "eval/test/top1" in run.data.metrics
+    # the registered champion is what MLflow's own tools load: a pyfunc taking encoded videos
+    test_videos = sorted((config.synth.output / "test").rglob("*.mp4"))[:2]
+    with mlflow_uris(uri), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "path", list(sys.path))  # the pyfunc loader puts the model's code first
+        answer = mlflow.pyfunc.load_model("models:/flow-model@champion").predict(
+            pd.DataFrame({"video": [video.read_bytes() for video in test_videos]})
+        )
+    assert list(answer.columns) == list(OUTPUT_COLUMNS)
+    assert answer["error"].tolist() == [None, None]
 
     found = artifacts()
     assert {"table", "progress", "markdown"} <= set(found)  # Prefect stores link artifacts as markdown
