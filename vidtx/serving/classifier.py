@@ -70,6 +70,12 @@ class VideoClassifier(PythonModel):
 
     def load_context(self, context: PythonModelContext) -> None:
         self._load({key: Path(path) for key, path in context.artifacts.items()})
+        self.to_best_device()
+
+    def to_best_device(self) -> VideoClassifier:
+        """The network on the GPU when there is one (views are moved to where its weights are)."""
+        self.module.to("cuda" if torch.cuda.is_available() else "cpu")
+        return self
 
     @classmethod
     def of(cls, module: nn.Module, config: PipelineConfig, class_names: list[str]) -> VideoClassifier:

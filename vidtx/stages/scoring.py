@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import ray
 import ray.data
-import torch
 
 from vidtx import storage
 from vidtx.config import PredictConfig
@@ -53,6 +52,7 @@ def scored(classifier: VideoClassifier, paths: Sequence[str], views: dict[str, i
 def score_here(
     classifier: VideoClassifier, paths: Sequence[str], views: dict[str, int], batch_size: int
 ) -> Iterator[pd.DataFrame]:
+    classifier.to_best_device()
     for start in range(0, len(paths), batch_size):
         yield scored(classifier, paths[start : start + batch_size], views)
 
@@ -61,9 +61,7 @@ class _Replica:
     """One model replica of the Ray Data job (an actor): the classifier, on the actor's GPU if any."""
 
     def __init__(self, classifier: VideoClassifier, views: dict[str, int]) -> None:
-        if torch.cuda.is_available():
-            classifier.module.cuda()
-        self.classifier, self.views = classifier, views
+        self.classifier, self.views = classifier.to_best_device(), views
 
     def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
         return scored(self.classifier, batch[PATH_COLUMN].tolist(), self.views)
