@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install demo test test-ui lint format bench ui ui-stop serve s3 clean
+.PHONY: install demo test test-ui lint format bench ui ui-stop serve stack stack-stop s3 clean
 
 install: $(STAMP)
 
@@ -64,6 +64,15 @@ serve: install
 	eval "$$($(BIN)/python -m vidtx.env)" && PATH="$(CURDIR)/$(BIN):$$PATH" \
 	MLFLOW_TRACKING_URI="$${MLFLOW_TRACKING_URI:-sqlite:///runs/demo/mlflow.db}" \
 	$(BIN)/mlflow models serve -m "$(SERVE_MODEL)" --env-manager local --host 127.0.0.1 --port $(SERVE_PORT)
+
+# The services of infra/docker/compose.yaml as processes on this machine, authentication on:
+# PostgreSQL, S3, MLflow, Prefect server + worker, a two-node Ray cluster (infra/local/stack.py).
+# Clients: `source runs/stack/stack.env`. `make stack-stop` ends them and keeps the data.
+stack: install
+	$(BIN)/python -m infra.local.stack start
+
+stack-stop:
+	$(BIN)/python -m infra.local.stack stop
 
 # A local S3 server for trying s3:// shards and checkpoints (moto's server mode, in memory, on loopback).
 S3_PORT ?= 9000

@@ -1,0 +1,180 @@
+"""`make stack`: PostgreSQL, the S3 server, MLflow, Prefect and a two-node Ray cluster as real processes on
+this machine, with authentication on: anonymous requests are refused, the env file's credentials work,
+no secret reaches a log, and `stop` ends exactly what `start` started."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import psutil
+import pytest
+from botocore.exceptions import ClientError
+from sockets import exposed, listening_sockets, process_tree
+
+from infra.local.s3_server import free_port
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+SERVICES = ("s3", "mlflow", "prefect-server", "ray-head", "ray-worker", "prefect-worker")
+
+
+def stack_command(folder: Path, action: str, ports: dict[str, int]) -> subprocess.CompletedProcess[str]:
+    """`python -m infra.local.stack ACTION` as `make stack` runs it, without the test session's
+    service variables (the stack's clients take theirs from its env file)."""
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MLFLOW_", "PREFECT_", "RAY_"))
+    }
+    environment |= {"VIDTX_STACK_DIR": str(folder)} | {
+        f"STACK_{k.upper()}_PORT": str(v) for k, v in ports.items()
+    }
+    command = [sys.executable, "-m", "infra.local.stack", action]
+    return subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], dict[str, int]]]:
+    """One stack for the module (the last test stops it): its folder, env file and ports."""
+    folder = tmp_path_factory.mktemp("stack")
+    ports = {
+        name: free_port() for name in ("postgres", "s3", "mlflow", "prefect", "ray_gcs", "ray_dashboard")
+    }
+    started = stack_command(folder, "start", ports)
+    try:
+        assert started.returncode == 0, started.stderr + "".join(
+            f"\n--- {log.name}\n{log.read_text()[-2000:]}" for log in (folder / "logs").glob("*.log")
+        )
+        env = dict(
+            line.removeprefix("export ").split("=", 1)
+            for line in (folder / "stack.env").read_text().splitlines()
+        )
+        yield folder, env, ports
+    finally:
+        stack_command(folder, "purge", ports)  # PostgreSQL's folder too (outside tmp as root)
+
+
+def status(url: str, headers: dict[str, str] | None = None, data: bytes | None = None) -> int:
+    request = urllib.request.Request(url, data, {"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def basic(user_and_password: str) -> dict[str, str]:
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(user_and_password.encode()).decode()}
+
+
+def client_run(env: dict[str, str], code: str) -> str:
+    """`code` in a fresh process whose only service variables are the env file's: its stdout."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MLFLOW_", "PREFECT_", "RAY_"))}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=clean | env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]  # MLflow prints a "View run" line first
+
+
+def test_every_service_refuses_anonymous_requests_and_takes_the_env_files_credentials(stack) -> None:
+    _, env, _ = stack
+    searches = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/experiments/search?max_results=1"
+    assert status(searches) == 401
+    assert status(searches, basic("admin:wrong")) == 401
+    assert status(searches, basic(f"admin:{env['MLFLOW_TRACKING_PASSWORD']}")) == 200
+    flows = f"{env['PREFECT_API_URL']}/flows/filter"
+    assert status(flows, data=b"{}") == 401
+    assert status(flows, basic(env["PREFECT_API_AUTH_STRING"]), b"{}") == 200
+    jobs = f"{env['RAY_ADDRESS']}/api/jobs/"
+    assert status(jobs) == 401
+    assert status(jobs, {"Authorization": f"Bearer {env['RAY_AUTH_TOKEN']}"}) == 200
+    assert status(f"{env['AWS_ENDPOINT_URL']}/vidtx") >= 400  # unsigned (moto answers 500, no listing)
+    wrong = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="x", aws_secret_access_key="y",
+                         region_name="us-east-1")  # fmt: skip
+    with pytest.raises(ClientError, match="InvalidAccessKeyId"):
+        wrong.list_objects_v2(Bucket="vidtx")
+
+    # the clients, with nothing but the env file: MLflow (artifacts go through the server to the
+    # bucket, so the client needs no S3 keys), Prefect's work pool and worker, both Ray nodes
+    mlflow_only = {k: v for k, v in env.items() if k.startswith("MLFLOW_")}
+    run_id = client_run(mlflow_only, """
+import mlflow, tempfile, pathlib
+with mlflow.start_run() as run:
+    mlflow.log_metric("loss", 0.5)
+    with tempfile.TemporaryDirectory() as d:
+        pathlib.Path(d, "note.txt").write_text("hello")
+        mlflow.log_artifact(str(pathlib.Path(d, "note.txt")))
+print(run.info.run_id)
+""")  # fmt: skip
+    signed = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")  # fmt: skip
+    keys = [item["Key"] for item in signed.list_objects_v2(Bucket="mlflow-artifacts").get("Contents", [])]
+    assert any(key.endswith(f"{run_id}/artifacts/note.txt") for key in keys), keys
+    workers = client_run(env, """
+from prefect.client.orchestration import get_client
+with get_client(sync_client=True) as client:
+    print(client.read_work_pool("vidtx-process").name, len(client.read_workers_for_work_pool("vidtx-process")))
+""")  # fmt: skip
+    assert workers.split()[0] == "vidtx-process"
+    nodes = client_run(env, """
+import os
+from ray.util.state import list_nodes
+print(sum(node.state == "ALIVE" for node in list_nodes(address=os.environ["RAY_ADDRESS"])))
+""")  # fmt: skip
+    assert nodes == "2"
+
+
+def test_the_env_file_is_private_and_no_secret_reaches_a_log(stack) -> None:
+    folder, _, _ = stack
+    for private in ("stack.env", "secrets.json", "mlflow-auth.ini"):
+        assert stat.S_IMODE((folder / private).stat().st_mode) == 0o600
+    settings = json.loads((folder / "secrets.json").read_text())
+    values = [v for v in settings.values() if isinstance(v, str)] + list(settings["s3"].values())
+    for log in (folder / "logs").glob("*.log"):
+        text = log.read_text(errors="replace")
+        assert [value[:4] for value in values if value in text] == [], log.name
+
+
+def test_the_services_but_ray_listen_on_loopback_only(stack) -> None:
+    folder, _, _ = stack
+    pids = {
+        int(pidfile.read_text()) for pidfile in (folder / "pids").glob("*.pid") if "ray" not in pidfile.name
+    }
+    postmaster = int((folder / "postgres" / "postmaster.pid").read_text().split()[0])
+    tree = set().union(*(process_tree(pid) for pid in pids | {postmaster}))
+    listening = listening_sockets(tree)
+    assert len(listening) == 4  # postgres, s3, mlflow, prefect (the worker listens on nothing)
+    assert exposed(listening) == {}
+
+
+def test_stop_ends_exactly_what_start_started_and_keeps_the_data(stack) -> None:
+    folder, _, ports = stack
+    roots = {
+        pidfile.name.split("-", 1)[1].removesuffix(".pid"): int(pidfile.read_text())
+        for pidfile in (folder / "pids").glob("*.pid")
+    }
+    assert set(roots) == set(SERVICES)
+    tree = set().union(*(process_tree(pid) for pid in roots.values()))
+    again = stack_command(folder, "start", ports)
+    assert again.returncode != 0
+    assert "is running" in again.stderr
+    stopped = stack_command(folder, "stop", ports)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.strip().startswith("stopped: prefect-worker, ray-worker, ray-head")
+    left = [
+        pid for pid in tree if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
+    assert left == []
+    assert not (folder / "postgres" / "postmaster.pid").exists()
+    assert (folder / "postgres" / "PG_VERSION").exists()  # the databases stay
+    assert list((folder / "pids").glob("*.pid")) == []
