@@ -125,7 +125,13 @@ def test_kubernetes_work_pool_template_renders_a_vidtx_job() -> None:
     (container,) = manifest["spec"]["template"]["spec"]["containers"]
     assert container["name"] == "prefect-job"  # the Kubernetes worker fills in this container
     assert container["image"] == image("train")
-    assert {e["name"] for e in container["env"]} == {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"}  # Ray Jobs API auth
+    logins = {  # Ray Jobs API token, Prefect API auth string, MLflow basic auth: from the Secrets
+        "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "PREFECT_ADMIN_PASSWORD", "PREFECT_API_AUTH_STRING",
+        "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD",
+    }  # fmt: skip
+    assert {e["name"] for e in container["env"]} == logins
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+    assert {ref["name"] for name, ref in secrets.items() if name != "RAY_AUTH_TOKEN"} == {NAMES["secrets"]}
 
 
 def test_prefect_flow_runs_reach_the_ray_head_and_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:

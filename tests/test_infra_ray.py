@@ -67,11 +67,14 @@ def test_kuberay_clusters_are_one_cluster_spec() -> None:
 
 def test_ray_nodes_get_the_environment_vidtx_forwards() -> None:
     """Ray pods and `ray up` nodes set only variables that vidtx's launcher forwards to Ray workers (plus
-    Ray's own auth mode), and MLflow's address is the service's."""
+    Ray's own auth mode, and on Kubernetes MLflow's login from the services' Secret: credentials come
+    from each node's environment, never from a runtime env), and MLflow's address is the service's."""
     mlflow_uri = f"http://mlflow:{NAMES['services']['mlflow']}"
+    mlflow_login = {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"}
     for path in ("ray/raycluster.yaml", "ray/rayjob.yaml", "ray/raycronjob.yaml"):
         for container in containers(docs(path)):
-            assert env_names(container) <= set(WORKER_ENV_VARS)
+            assert env_names(container) <= set(WORKER_ENV_VARS) | mlflow_login
+            assert mlflow_login <= env_names(container)
             assert env_value(container, "MLFLOW_TRACKING_URI") == mlflow_uri
     cluster = doc("ray/cluster.yaml")
     docker_env = dict(

@@ -10,6 +10,7 @@ import subprocess
 
 import mlflow.cli
 import mlflow.environment_variables
+import pytest
 from infra_manifests import (
     COMPOSE,
     COMPOSE_VARIABLE,
@@ -105,9 +106,12 @@ def test_compose_publishes_on_localhost_and_keeps_secrets_in_the_env_file() -> N
     assert services["minio-setup"]["environment"]["BUCKET"] == NAMES["mlflow-bucket"]
 
 
-def test_service_settings_are_known_to_prefect_and_mlflow() -> None:
+def test_service_settings_are_known_to_prefect_and_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Misspelt settings are ignored silently by both servers, so every name is checked against them."""
     prefect_settings = set(Settings().to_environment_variables(exclude_unset=False))
+    # secrets without a default (PREFECT_SERVER_API_AUTH_STRING) are listed once they are set
+    monkeypatch.setenv("PREFECT_SERVER_API_AUTH_STRING", "admin:x")
+    prefect_settings |= set(Settings().to_environment_variables(exclude_unset=True))
     mlflow_settings = {p.envvar for p in mlflow.cli.server.params if isinstance(p.envvar, str)} | {
         v.name
         for v in vars(mlflow.environment_variables).values()

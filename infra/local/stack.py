@@ -161,7 +161,6 @@ class Stack:
         auth_config = self.folder / "mlflow-auth.ini"
         self._write_private(auth_config, "\n".join([
             "[mlflow]", "default_permission = READ", f"database_uri = sqlite:///{self.folder / 'mlflow-auth.db'}",
-            "admin_username = admin", f"admin_password = {settings['mlflow_admin']}",
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth", "",
         ]))  # fmt: skip
         pg = f"127.0.0.1:{ports['postgres']}"
@@ -170,6 +169,7 @@ class Stack:
                                "--backend-store-uri", f"postgresql+psycopg2://mlflow:{settings['mlflow_db']}@{pg}/mlflow",
                                "--artifacts-destination", "s3://mlflow-artifacts"],
                     base | {"MLFLOW_AUTH_CONFIG_PATH": str(auth_config), "MLFLOW_S3_ENDPOINT_URL": endpoint,
+                            "MLFLOW_AUTH_ADMIN_USERNAME": "admin", "MLFLOW_AUTH_ADMIN_PASSWORD": settings["mlflow_admin"],
                             "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
                             "MLFLOW_FLASK_SERVER_SECRET_KEY": settings["flask_secret"],
                             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # fmt: skip
@@ -181,8 +181,9 @@ class Stack:
         }
         self._spawn("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
                                        "--port", str(ports["prefect"])], prefect)  # fmt: skip
-        ray = base | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": settings["ray_token"],
-                      "PYTHONPATH": str(ROOT)}  # fmt: skip
+        # the nodes' own environment holds the clients' credentials: Ray workers log to MLflow and read
+        # the bucket with them (vidtx never puts credentials into a runtime env, which Ray displays)
+        ray = base | {k: v for k, v in clients.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
         self._spawn("ray-head", self._ray_start(ports, "--head", f"--port={ports['ray_gcs']}",
                                                 "--dashboard-host=127.0.0.1", f"--dashboard-port={ports['ray_dashboard']}",
                                                 f"--ray-client-server-port={free_port()}",
