@@ -10,9 +10,7 @@ looked, checked first.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -27,6 +25,7 @@ from vidtx import storage
 from vidtx.config import PredictConfig, apply_overrides, validate_config
 from vidtx.locations import Location, bucket_of, is_remote, join, location, parent_of
 from vidtx.serving.classifier import VideoClassifier
+from vidtx.shard.annotations import read_csv_rows
 from vidtx.shard.folder import walk
 from vidtx.stages.scoring import score_here, score_on_ray, table_writer
 from vidtx.tracking.model_registry import load_registered_model
@@ -105,16 +104,22 @@ def load_for_prediction(
 
 
 def _listed(csv_file: Location) -> list[str]:
-    """The videos a CSV lists (column `path` or `video`); relative ones are relative to its folder."""
-    rows = csv.DictReader(io.StringIO(storage.read_text(csv_file)))
-    column = next((name for name in CSV_COLUMNS if name in (rows.fieldnames or [])), None)
-    if column is None:
+    """The videos a CSV lists (column `path` or `video`), read as the dataset sources read their CSV
+    files; relative ones are relative to its folder."""
+    rows = [fields for _, fields, _ in read_csv_rows(csv_file, set())]
+    column = next((name for name in CSV_COLUMNS if rows and name in rows[0]), None)
+    if rows and column is None:
         raise ValueError(f"{csv_file}: a list of videos needs a column named one of {list(CSV_COLUMNS)}")
-    entries = [row[column] for row in rows if row[column]]
-    return [
-        entry if "://" in entry or entry.startswith("/") else str(join(parent_of(csv_file), entry))
-        for entry in entries
-    ]
+    return [_beside(csv_file, fields[column]) for fields in rows if fields.get(column)]
+
+
+def _beside(csv_file: Location, entry: str) -> str:
+    """A CSV entry as a location: a URL or absolute path as it is, a relative path in the CSV's folder."""
+    try:
+        where = location(entry)
+    except ValueError:  # an unsupported scheme: the video's row reports it
+        return entry
+    return entry if is_remote(where) or Path(where).is_absolute() else str(join(parent_of(csv_file), entry))
 
 
 def expand_inputs(inputs: Sequence[str]) -> list[str]:
