@@ -28,8 +28,8 @@ from vidtx.config import PipelineConfig, SynthConfig, load_config
 from vidtx.data.loader import build_train_loader
 from vidtx.data.transforms import normalize_clips
 from vidtx.model_factory import model_for
+from vidtx.shard.job import shard_dataset
 from vidtx.shard.synthetic import generate_dataset
-from vidtx.shard.writer import shard_dataset
 from vidtx.train.launcher import train
 from vidtx.train.loss import classification_loss
 from vidtx.train.optim import build_optimizer, build_scheduler

@@ -1,7 +1,8 @@
 """`shard-dataset`: probe, filter and write a video dataset into WebDataset shards.
 
-Shards are independent tasks mapped over the plan (in parallel processes); a finished shard is skipped,
-so retries and re-runs only redo what is missing.
+Shards are independent tasks mapped over the plan (in parallel processes), or with `shard.executor: ray`
+Ray tasks on a cluster sent from one Prefect task; a finished shard is skipped, so retries and re-runs
+only redo what is missing.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from pydantic import BaseModel
 from vidtx.config import ShardConfig, SynthConfig
 from vidtx.log import setup_logging, track
 from vidtx.manifest import Manifest, manifest_path
+from vidtx.shard.job import plan_dataset, write_on_ray
 from vidtx.shard.plan import ShardSpec
 from vidtx.shard.synthetic import generate_dataset
-from vidtx.shard.writer import ShardResult, finalize_split, plan_dataset, write_shard
+from vidtx.shard.writer import ShardResult, finalize_split, write_shard
 
 
 class ShardedSplit(BaseModel):
@@ -48,6 +50,12 @@ def plan(shard: ShardConfig) -> list[ShardSpec]:
 @task(retries=2, retry_delay_seconds=10, task_run_name="write {spec.name}")
 def write(spec: ShardSpec, shard: ShardConfig) -> ShardResult:
     return write_shard(spec, shard)  # idempotent: a finished shard is not written again
+
+
+@task(task_run_name="write {shard.output} as Ray tasks")
+def write_as_ray_tasks(specs: list[ShardSpec], shard: ShardConfig) -> list[ShardResult]:
+    """One Ray task per shard on the cluster; Ray runs a task again when its node is lost."""
+    return write_on_ray(specs, shard)
 
 
 @task(retries=2, retry_delay_seconds=10, task_run_name="finalize {split}")
@@ -122,11 +130,14 @@ def shard_dataset(shard: ShardConfig, synth: SynthConfig | None = None) -> dict[
     if synth is not None:
         synthesize(synth)
     specs = plan(shard)
-    with _task_processes_share_the_api():
-        futures = write.map(specs, shard=unmapped(shard))
-        for _ in track(as_completed(futures), "write shards", total=len(specs)):
-            pass
-    results = futures.result()
+    if shard.executor == "ray":
+        results = write_as_ray_tasks(specs, shard)
+    else:
+        with _task_processes_share_the_api():
+            futures = write.map(specs, shard=unmapped(shard))
+            for _ in track(as_completed(futures), "write shards", total=len(specs)):
+                pass
+        results = futures.result()
     get_run_logger().info("%s: %s", shard.output, reuse_note(results))
     manifests = {
         split: finalize(shard, split, results) for split in dict.fromkeys(spec.split for spec in specs)

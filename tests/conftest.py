@@ -47,8 +47,8 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     """A small synthetic dataset (4 classes, 6 train and 3 val videos per class, 8 frames of 32x32)
     and its shards (5 samples per shard): (dataset folder, shard folder)."""
     from vidtx.config import ShardConfig, SynthConfig
+    from vidtx.shard.job import shard_dataset
     from vidtx.shard.synthetic import generate_dataset
-    from vidtx.shard.writer import shard_dataset
 
     root = tmp_path_factory.mktemp("synthetic")
     synth = SynthConfig(
@@ -70,7 +70,7 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
 def frames_shards(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The session's synthetic dataset (32x32 videos) sharded as frames (5 samples per shard)."""
     from vidtx.config import ShardConfig
-    from vidtx.shard.writer import shard_dataset
+    from vidtx.shard.job import shard_dataset
 
     videos, _ = synthetic_shards
     output = tmp_path_factory.mktemp("frames") / "shards"
@@ -263,7 +263,7 @@ def bucket_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
     store, 5 samples per shard): `s3://session-shards/shards`."""
     from infra.local.s3_server import create_bucket
     from vidtx.config import ShardConfig
-    from vidtx.shard.writer import shard_dataset
+    from vidtx.shard.job import shard_dataset
 
     videos, _ = synthetic_shards
     url = create_bucket(s3_endpoint, "session-shards") + "/shards"

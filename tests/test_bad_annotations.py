@@ -16,9 +16,10 @@ from media import case_bytes, good
 
 from vidtx.config import ShardConfig
 from vidtx.shard.annotations import AnnotationError
+from vidtx.shard.job import shard_dataset
 from vidtx.shard.plan import plan_shards
 from vidtx.shard.sources import UNLABELLED, read_source
-from vidtx.shard.writer import ShardingError, finalize_split, shard_dataset, write_shard
+from vidtx.shard.writer import ShardingError, finalize_split, write_shard
 
 # --- CSV ------------------------------------------------------------------------------------------
 

@@ -25,8 +25,8 @@ from media import SHARDED, VFR_PTS_MS, VIDEO_CASES, case_bytes, encode, good, mo
 from vidtx.config import ReencodeConfig, ShardConfig
 from vidtx.manifest import load_manifest
 from vidtx.media.decode import VideoDecodeError, probe_video
+from vidtx.shard.job import shard_dataset
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
-from vidtx.shard.writer import shard_dataset
 
 # (size, frames) as the shard's json records them
 EXPECTED_STREAMS = {

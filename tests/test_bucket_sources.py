@@ -16,9 +16,10 @@ from vidtx import storage
 from vidtx.config import DatasetFormat, ShardConfig
 from vidtx.locations import Location, join
 from vidtx.manifest import load_manifest
+from vidtx.shard.job import plan_dataset, shard_dataset
 from vidtx.shard.records import relative_to_root
 from vidtx.shard.sources import Source, read_source
-from vidtx.shard.writer import plan_dataset, shard_dataset, write_shard
+from vidtx.shard.writer import write_shard
 
 
 def upload_folder(folder: Path, where: str) -> None:

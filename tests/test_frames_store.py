@@ -17,7 +17,7 @@ from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.eval.evaluate import evaluate
 from vidtx.manifest import FRAMES_MEMBER, load_manifest
 from vidtx.media.frames import JpegFrames
-from vidtx.shard.writer import shard_dataset
+from vidtx.shard.job import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
 
 

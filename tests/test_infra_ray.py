@@ -17,7 +17,7 @@ from infra_manifests import NAMES, ROOT, containers, doc, docs, env_names, env_v
 
 from vidtx.cli import app
 from vidtx.config import load_config
-from vidtx.train.payload import WORKER_ENV_VARS
+from vidtx.ray_session import WORKER_ENV_VARS
 
 
 def cli_arguments(command: str) -> list[str]:

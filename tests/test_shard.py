@@ -21,9 +21,10 @@ from media import encode
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig
 from vidtx.manifest import load_manifest
 from vidtx.media.encode import encode_mp4
+from vidtx.shard.job import plan_dataset, shard_dataset
 from vidtx.shard.plan import plan_shards
 from vidtx.shard.synthetic import generate_dataset
-from vidtx.shard.writer import ShardingError, plan_dataset, shard_dataset, write_shard
+from vidtx.shard.writer import ShardingError, write_shard
 
 
 def members(tar: Path) -> dict[str, bytes]:

@@ -8,9 +8,9 @@ import pytest
 from media import encode, moving_frames
 
 from vidtx.config import ShardConfig
+from vidtx.shard.job import shard_dataset
 from vidtx.shard.report import shard_summary
 from vidtx.shard.sources import NothingToShardError, Source, read_source
-from vidtx.shard.writer import shard_dataset
 
 
 def touch(path: Path) -> Path:

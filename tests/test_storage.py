@@ -22,7 +22,8 @@ from vidtx.config import DataConfig, ShardConfig
 from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.locations import join, location, name_of, parent_of
 from vidtx.manifest import damaged_shards, find_splits, load_manifest
-from vidtx.shard.writer import plan_dataset, shard_dataset, write_shard
+from vidtx.shard.job import plan_dataset, shard_dataset
+from vidtx.shard.writer import write_shard
 
 
 def test_a_location_is_a_path_here_or_a_url_in_a_bucket() -> None:

@@ -31,7 +31,7 @@ from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
 from vidtx.locations import Location, join, location, parent_of
 from vidtx.manifest import load_manifest
-from vidtx.shard.writer import shard_dataset
+from vidtx.shard.job import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG

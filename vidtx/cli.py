@@ -112,8 +112,8 @@ def shard(
     """Probe, filter and write a video dataset into WebDataset shards
     (e.g. --set shard.format=folder --set shard.processes=4 --set shard.reencode.short_side=256)."""
     from vidtx.manifest import manifest_path
+    from vidtx.shard.job import shard_dataset
     from vidtx.shard.report import shard_summary
-    from vidtx.shard.writer import shard_dataset
 
     cfg = load(config, overrides, {"shard.source": source, "shard.output": output}, model=False).shard
     for split, manifest in (manifests := shard_dataset(cfg)).items():

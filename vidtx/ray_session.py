@@ -23,6 +23,18 @@ WORKER_OUTPUT_HANDLER = "vidtx_worker_output"
 LOOPBACK = ("127.0.0.1", "::1", "localhost", None)
 worker_output = logging.getLogger("ray.workers")
 
+# Not credentials: those come from each node's own environment (or its instance role), never from a
+# runtime environment that Ray shows in its dashboard.
+WORKER_ENV_VARS = (
+    *("MLFLOW_TRACKING_URI", "DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR"),
+    *("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"),
+)
+
+
+def worker_env() -> dict[str, str]:
+    """The variables of this process that Ray workers (local, on a cluster or in a Ray Job) must see too."""
+    return {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
+
 
 @contextlib.contextmanager
 def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None]:

@@ -13,6 +13,7 @@ from vidtx.locations import StorageLocation
 DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv"]
 SamplingMode = Literal["segment", "dense"]
 Store = Literal["video", "frames"]
+ShardExecutor = Literal["processes", "ray"]
 CropMode = Literal["random_resized", "scale_jitter"]
 
 
@@ -74,7 +75,21 @@ class ShardConfig(StrictModel):
     max_bytes_per_shard: int = Field(
         1_000_000_000, ge=1_000_000, description="Cap on the source video bytes packed into one shard."
     )
-    processes: int = Field(2, ge=1, description="Parallel probe/encode processes.")
+    processes: int = Field(2, ge=1, description="Parallel probe/encode processes (executor `processes`).")
+    executor: ShardExecutor = Field(
+        "processes",
+        description="Where the shards are written: this machine's process pool (processes), or one Ray "
+        "task per shard on a Ray cluster (ray; see ray_address), each retried elsewhere when its node is lost.",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Executor ray: the cluster to join, as ray.init takes it (host:port of the GCS, "
+        "ray://host:10001, 'auto', 'local': a Ray started here); None: RAY_ADDRESS when it names a "
+        "cluster, else a Ray started here.",
+    )
+    cpus_per_task: float = Field(
+        1.0, gt=0, description="Executor ray: CPUs a shard's task reserves (its probe or re-encode runs one)."
+    )
     seed: int = Field(0, description="Seeds the (deterministic) sample order.")
     min_frames: int = Field(4, ge=1, description="Shorter videos are rejected.")
     max_reject_fraction: float = Field(
@@ -118,6 +133,16 @@ class ShardConfig(StrictModel):
         if self.classes is not None and self.classes_file is not None:
             raise ValueError("set classes or classes_file, not both")
         return self
+
+    @field_validator("ray_address")
+    @classmethod
+    def _a_cluster_not_a_jobs_api(cls, address: str | None) -> str | None:
+        if address is not None and address.startswith(("http://", "https://")):
+            raise ValueError(
+                f"{address} is a Ray Jobs API (it runs jobs, not tasks); give the cluster's GCS "
+                "(host:6379) or Ray Client (ray://host:10001) address"
+            )
+        return address
 
     @model_validator(mode="after")
     def _reencode_is_for_the_video_store(self) -> ShardConfig:

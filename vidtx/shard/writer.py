@@ -1,7 +1,7 @@
 """Turning a video dataset into WebDataset tars: plan, write shards in parallel, finalize manifests.
 
 The job is split so that an orchestrator can map `write_shard` over the plan (a Prefect task per
-shard); `shard_dataset` does the same with a process pool.
+shard); `vidtx.shard.job.shard_dataset` does the same with a process pool or Ray tasks.
 
 * `plan_shards` (`plan.py`) is pure: which video goes into which shard under which key.
 * `write_shard` probes every video (and re-encodes it when asked) in a time-limited child process,
@@ -24,8 +24,6 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from functools import partial
-from multiprocessing import current_process
 from pathlib import Path
 
 import webdataset as wds
@@ -33,9 +31,8 @@ from pydantic import BaseModel, Field
 
 from vidtx import storage
 from vidtx.config import ShardConfig
-from vidtx.files import replaced, temporary_path
+from vidtx.files import replaced
 from vidtx.locations import Location, is_remote, join, location
-from vidtx.log import setup_logging, track
 from vidtx.manifest import (
     Manifest,
     Reject,
@@ -47,10 +44,8 @@ from vidtx.manifest import (
     reason_counts,
     rejects_path,
 )
-from vidtx.processes import forkserver_context, sigterm_raises
-from vidtx.shard.plan import ShardItem, ShardSpec, plan_shards, read_dataset
+from vidtx.shard.plan import ShardItem, ShardSpec
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
-from vidtx.shard.report import write_ignored
 from vidtx.shard.tars import member_index, write_sample
 
 log = logging.getLogger(__name__)
@@ -77,7 +72,7 @@ class ShardResult(BaseModel):
     reused: bool = Field(False, exclude=True)
 
 
-def _stats_path(cfg: ShardConfig, spec: ShardSpec) -> Location:
+def stats_path(cfg: ShardConfig, spec: ShardSpec) -> Location:
     return join(cfg.output, spec.name.replace(".tar", ".stats.json"))
 
 
@@ -91,7 +86,7 @@ def shard_fingerprint(spec: ShardSpec, cfg: ShardConfig) -> str:
 def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResult | None:
     """The recorded result when the shard is complete, from this plan and intact (in a bucket: the
     recorded size; an object is only ever whole, and checking its sha256 would download it)."""
-    stats, tar = _stats_path(cfg, spec), join(cfg.output, spec.name)
+    stats, tar = stats_path(cfg, spec), join(cfg.output, spec.name)
     if not storage.is_file(stats) or (size := storage.size(tar)) is None:
         return None
     result = ShardResult.model_validate_json(storage.read_text(stats))
@@ -152,7 +147,7 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
         index = member_index(tar) if cfg.store == "frames" else None
     if index is not None:  # before the marker: a shard with a marker has its index
         storage.write_text(join(cfg.output, index_name(spec.name)), index.model_dump_json())
-    storage.write_text(_stats_path(cfg, spec), result.model_dump_json(indent=2))  # after the tar
+    storage.write_text(stats_path(cfg, spec), result.model_dump_json(indent=2))  # after the tar
     log.info(
         "%s: %d samples, %d rejected, %.1f MB",
         spec.name,
@@ -233,48 +228,3 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
         "%s: %d samples in %d shards, %d rejected", split, manifest.num_samples, len(shards), len(rejects)
     )
     return manifest
-
-
-def _start_worker() -> None:
-    # A Pool marks its workers daemonic, which forbids children; each worker probes in a child of
-    # its own (killed on a timeout, dying with the worker), so this one is not a daemon.
-    current_process().daemon = False
-    setup_logging()  # the parent's verbosity and log file, from the environment
-
-
-def plan_dataset(cfg: ShardConfig) -> list[ShardSpec]:
-    """Read the dataset, plan its shards and write `ignored.jsonl` (what under the root is not sharded)."""
-    source = read_dataset(cfg)
-    specs = plan_shards(cfg, source)
-    write_ignored(cfg.output, source)
-    return specs
-
-
-def _write_shards(specs: list[ShardSpec], cfg: ShardConfig) -> list[ShardResult]:
-    write = partial(write_shard, cfg=cfg)
-    with sigterm_raises():
-        if cfg.processes == 1:
-            return [write(spec) for spec in track(specs, "shards", total=len(specs))]
-        # forkserver: workers start clean (no decoder or thread state inherited). A Pool rather than a
-        # ProcessPoolExecutor: leaving the block (on `TerminatedError` too) terminates the workers at
-        # once instead of waiting for their shards.
-        with forkserver_context(__name__).Pool(cfg.processes, _start_worker) as pool:
-            return list(track(pool.imap_unordered(write, specs), "shards", total=len(specs)))
-
-
-def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
-    """Plan, write every shard with `cfg.processes` processes, and finalize every split. SIGTERM
-    stops it as `vidtx.processes.TerminatedError` with every child stopped; a re-run resumes. A
-    failure (an OSError: a full disk) leaves no temporary file."""
-    specs = plan_dataset(cfg)
-    try:
-        results = _write_shards(specs, cfg)
-    except BaseException:
-        # A worker removes its own on an error, but workers terminated with the pool cannot.
-        for spec in specs:
-            for path in (join(cfg.output, spec.name), _stats_path(cfg, spec)):
-                if not is_remote(path):  # in a bucket, nothing is temporary: uploads are whole
-                    temporary_path(Path(path)).unlink(missing_ok=True)
-        raise
-    splits = dict.fromkeys(spec.split for spec in specs)
-    return {split: finalize_split(cfg, split, results) for split in splits}

@@ -22,8 +22,9 @@ from pathlib import Path
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from vidtx.config import PipelineConfig, deep_merge, dump_config
+from vidtx.ray_session import worker_env
 from vidtx.tracking.runs import connect, resolve_tracking_uri, start_or_resume_run
-from vidtx.train.payload import TrainResult, storage_location, worker_env
+from vidtx.train.payload import TrainResult, storage_location
 from vidtx.train.progress import ProgressCallback, follow_progress
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from vidtx.data.shares import UnreadableShardsError
 from vidtx.locations import is_remote, location
 from vidtx.model_factory import check_model_config
 from vidtx.processes import TerminatedError, sigterm_raises
-from vidtx.ray_session import ray_session
+from vidtx.ray_session import ray_session, worker_env
 from vidtx.tracking.lineage import MANIFEST_HASH_TAG
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
@@ -39,7 +39,7 @@ from vidtx.tracking.runs import (
 )
 from vidtx.train.jobs import submit_training_job
 from vidtx.train.loop import train_loop_per_worker
-from vidtx.train.payload import TrainResult, WorkerPayload, checkpoint_uri, storage_location, worker_env
+from vidtx.train.payload import TrainResult, WorkerPayload, checkpoint_uri, storage_location
 from vidtx.train.progress import ProgressCallback, follow_progress
 from vidtx.train.rendezvous import NodeAddressTorchConfig
 from vidtx.train.splits import training_splits

@@ -8,7 +8,6 @@ the submitter reads it when the job has ended.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -93,16 +92,3 @@ def checkpoint_uri(storage_path: str, path: str) -> str:
 
 def run_folder(storage_path: str, run_name: str) -> str:
     return f"{storage_location(storage_path).rstrip('/')}/{run_name}"
-
-
-# Not credentials: those come from each node's own environment (or its instance role), never from a
-# runtime environment that Ray shows in its dashboard.
-WORKER_ENV_VARS = (
-    *("MLFLOW_TRACKING_URI", "DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR"),
-    *("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"),
-)
-
-
-def worker_env() -> dict[str, str]:
-    """The variables of this process that Ray workers (local or in a Ray Job) must see too."""
-    return {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}
