@@ -5,10 +5,11 @@ byte for byte those of the process pool."""
 from __future__ import annotations
 
 import itertools
+import subprocess
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from ray_nodes import LocalCluster
 from infra.local.s3_server import requests
 from vidtx import storage
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig
+from vidtx.manifest import load_manifest
 from vidtx.shard.job import ray_cluster, shard_dataset
 from vidtx.shard.synthetic import generate_dataset
 from vidtx.shard.writer import ShardingError
@@ -74,7 +76,11 @@ def overlapping(attempts: list) -> list[tuple[str, str]]:
 
 
 def test_a_node_lost_mid_job_retries_its_shard_elsewhere_and_every_shard_is_written_once(
-    cluster: LocalCluster, bucket: str, s3_log: Path, tmp_path: Path
+    cluster: LocalCluster,
+    bucket: str,
+    s3_log: Path,
+    tmp_path: Path,
+    vidtx: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     dataset = generate_dataset(
         SynthConfig(output=tmp_path / "videos", videos_per_class={"train": 4}, classes=["moving_up", "moving_down"],
@@ -93,7 +99,13 @@ def test_a_node_lost_mid_job_retries_its_shard_elsewhere_and_every_shard_is_writ
     killer = threading.Thread(target=lose_node_b_mid_task, args=(cluster, lost), daemon=True)
     since = s3_log.stat().st_size
     killer.start()
-    manifest = shard_dataset(config)["train"]
+    # `vidtx shard` in a process of its own: this one may hold the session's local Ray already
+    sets = [f"shard.{name}={value}" for name, value in
+            {"max_samples_per_shard": 1, "reencode.short_side": 32, "executor": "ray",
+             "ray_address": config.ray_address, "cpus_per_task": 1}.items()]  # fmt: skip
+    done = vidtx("shard", str(dataset), config.output, *(f"--set={item}" for item in sets))
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = load_manifest(config.output, "train")
     killer.join()
 
     assert lost, "no shard task ran on node_b"
