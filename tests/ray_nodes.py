@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,3 +152,19 @@ class LocalCluster:
         for node in reversed(self.nodes):
             node.stop()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def head_and_node_b(num_cpus: int) -> Iterator[LocalCluster]:
+    """A head node and a second node `node_b`, `num_cpus` logical CPUs each; afterwards no process of
+    theirs is left."""
+    nodes = LocalCluster(num_cpus=num_cpus)
+    try:
+        nodes.start_head()
+        nodes.add_node("node_b")
+        nodes.wait_for({"head", "node_b"})
+        yield nodes
+    finally:
+        nodes.stop()
+    leftovers = [p for node in nodes.nodes for p in node.tree()]
+    assert not leftovers, leftovers

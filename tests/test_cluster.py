@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow import MlflowClient
-from ray_nodes import LocalCluster
+from ray_nodes import LocalCluster, head_and_node_b
 
 from vidtx.config import PipelineConfig
 from vidtx.eval.evaluate import predict_split
@@ -44,16 +44,8 @@ RANK_SHARDS = re.compile(r"rank (\d+)/2 epoch (\d+) reads shards (\S+)")
 def cluster() -> Iterator[LocalCluster]:
     """A head node and a second node `node_b`, 2 logical CPUs each (one training worker plus Ray's own
     actors: the job driver and the Train controller need none)."""
-    nodes = LocalCluster(num_cpus=2)
-    try:
-        nodes.start_head()
-        nodes.add_node("node_b")
-        nodes.wait_for({"head", "node_b"})
+    with head_and_node_b(num_cpus=2) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
-    leftovers = [p for node in nodes.nodes for p in node.tree()]
-    assert not leftovers, leftovers
 
 
 @pytest.fixture

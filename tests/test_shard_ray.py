@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from ray.util.state import list_tasks
-from ray_nodes import LocalCluster
+from ray_nodes import LocalCluster, head_and_node_b
 
 from infra.local.s3_server import requests
 from vidtx import storage
@@ -30,14 +30,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LocalCluster]:
     """A head node and `node_b`, one CPU each: one shard task at a time per node."""
-    nodes = LocalCluster(num_cpus=1)
-    try:
-        nodes.start_head()
-        nodes.add_node("node_b")
-        nodes.wait_for({"head", "node_b"})
+    with head_and_node_b(num_cpus=1) as nodes:
         yield nodes
-    finally:
-        nodes.stop()
 
 
 def write_attempts(cluster: LocalCluster) -> list:
