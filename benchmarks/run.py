@@ -34,6 +34,7 @@ BENCHMARKS = [
     "object_storage",
     "storage_clients",
     "sharding",
+    "shard_ray",
     "training_overhead",
     "temporal_reasoning",
     "demo_augmentation",

@@ -2,7 +2,7 @@
 DeepSpeed (ZeRO-2, gloo) worker per node, checkpoints in storage both nodes reach (a file:// URI),
 submitted by the train-model Prefect flow; then a node lost mid-run and replaced.
 
-The nodes are separate `ray start` processes (`tests/ray_nodes.py`), so the workers really are on
+The nodes are separate `ray start` processes (`benchmarks/ray_nodes.py`), so the workers really are on
 different Ray nodes, talk gloo over TCP and see only what they share: the file system here stands in
 for S3/GCS/NFS. The tests run in file order on one cluster; the node-loss test, which replaces a node,
 comes last.
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow import MlflowClient
-from ray_nodes import LocalCluster, head_and_node_b
 
+from benchmarks.ray_nodes import LocalCluster, head_and_node_b
 from vidtx.config import PipelineConfig
 from vidtx.eval.evaluate import predict_split
 from vidtx.locations import location

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from ray.util.state import list_tasks
-from ray_nodes import LocalCluster, head_and_node_b
 
+from benchmarks.ray_nodes import LocalCluster, head_and_node_b
 from infra.local.s3_server import requests
 from vidtx import storage
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig

@@ -1,4 +1,6 @@
-"""A real multi-node Ray cluster on this machine, for tests: one `ray start --block` process per node.
+"""A real multi-node Ray cluster on this machine, for the tests (`tests/test_cluster.py`,
+`tests/test_shard_ray.py`) and the benchmarks (`benchmarks/shard_ray.py`): one `ray start --block`
+process per node.
 
 Every node is its own `ray start` (the head with the dashboard and the Jobs API, the others joining it
 with `--address`), with ports of its own on 127.0.0.1 where Ray allows it, a custom resource naming it
