@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install demo test test-ui lint format bench ui ui-stop serve stack stack-stop s3 clean
+.PHONY: install demo test test-ui lint format bench ui ui-stop serve stack stack-stop demo-stack s3 clean
 
 install: $(STAMP)
 
@@ -73,6 +73,11 @@ stack: install
 
 stack-stop:
 	$(BIN)/python -m infra.local.stack stop
+
+# The demo pipeline across `make stack` (infra/local/demo_stack.py): sources uploaded to its bucket,
+# video-pipeline/stack run through its Prefect server. `make stack` first.
+demo-stack: install
+	$(BIN)/python -m infra.local.demo_stack
 
 # A local S3 server for trying s3:// shards and checkpoints (moto's server mode, in memory, on loopback).
 S3_PORT ?= 9000

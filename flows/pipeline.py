@@ -10,7 +10,7 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel
 
 from flows.evaluate import evaluate_model, register_model
-from flows.lineage import LOCAL_PREFECT_UI, lineage_table
+from flows.lineage import LOCAL_PREFECT_UI, lineage_table, prefect_ui
 from flows.shard import ShardedSplit, shard_dataset
 from flows.train import named_run, train_model
 from vidtx import storage
@@ -53,6 +53,12 @@ def markdown_link(text: str, url: str) -> str:
     return f"[{text}]({url})"
 
 
+def browse_line(mlflow_ui: str, prefect: str) -> str:
+    """Where to look: the UIs of the servers the run used (`make ui` serves them for the local ones)."""
+    uis = f"{mlflow_ui} (MLflow) and {prefect} (Prefect)"
+    return f"make ui, then {uis}" if (mlflow_ui, prefect) == (LOCAL_MLFLOW_UI, LOCAL_PREFECT_UI) else uis
+
+
 def summary_lines(
     result: PipelineResult, link: Callable[[str, str], str]
 ) -> tuple[str, list[tuple[str, str]]]:
@@ -72,7 +78,7 @@ def summary_lines(
         ),
         ("model", f"{result.model_uri} aliases {', '.join(result.aliases) or 'none'} ({result.promotion})"),
         *([("frame order", result.frame_order)] if result.frame_order else []),
-        ("browse", f"make ui, then {LOCAL_MLFLOW_UI} (MLflow) and {LOCAL_PREFECT_UI} (Prefect)"),
+        ("browse", browse_line(result.mlflow_run_url.split("/#/")[0], prefect_ui())),
         ("predict", f"vidtx predict VIDEO.mp4 --model models:/{result.model_name}@champion"),
     ]
 

@@ -14,18 +14,12 @@ import pytest
 from infra.local.s3_server import requests
 from vidtx import storage
 from vidtx.config import DatasetFormat, ShardConfig
-from vidtx.locations import Location, join
+from vidtx.locations import Location
 from vidtx.manifest import load_manifest
 from vidtx.shard.job import plan_dataset, shard_dataset
 from vidtx.shard.records import relative_to_root
 from vidtx.shard.sources import Source, read_source
 from vidtx.shard.writer import write_shard
-
-
-def upload_folder(folder: Path, where: str) -> None:
-    for file in sorted(folder.rglob("*")):
-        if file.is_file():
-            storage.upload(file, join(where, file.relative_to(folder).as_posix()))
 
 
 def video_gets(log: Path, since: int) -> list[str]:
@@ -40,7 +34,7 @@ def test_a_dataset_in_a_bucket_shards_as_on_disk_downloading_each_video_once(
     tmp_path: Path,
 ) -> None:
     videos, local_shards = synthetic_shards
-    upload_folder(videos, f"{bucket}/videos")
+    storage.upload(videos, f"{bucket}/videos")
     config = ShardConfig(
         source=f"{bucket}/videos/annotations.csv", output=f"{bucket}/shards", max_samples_per_shard=5
     )
@@ -128,7 +122,7 @@ def summary(source: Source, root: Location) -> list[tuple[object, ...]]:
 @pytest.mark.parametrize("format", ["folder", "csv", "kinetics", "ssv2"])
 def test_each_layout_reads_the_same_from_a_bucket(format: DatasetFormat, bucket: str, tmp_path: Path) -> None:
     local = write_layout(tmp_path / "dataset", format)
-    upload_folder(tmp_path / "dataset", f"{bucket}/dataset")
+    storage.upload(tmp_path / "dataset", f"{bucket}/dataset")
     remote = f"{bucket}/dataset/{local.relative_to(tmp_path / 'dataset').as_posix()}".rstrip("/.")
     video_root = None if format in ("folder", "csv") else tmp_path / "dataset"
     on_disk = read_source(local, format, video_root=video_root)

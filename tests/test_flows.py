@@ -215,10 +215,28 @@ def test_local_deployments_run_the_demo_config() -> None:
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     demo = load_config(ROOT / "configs/experiments/demo.yaml")
     assert PipelineConfig.model_validate(spec["definitions"]["local_demo"]) == demo
-    local = [d for d in spec["deployments"] if d["work_pool"]["name"] == "vidtx-process"]
+    local = [
+        d for d in spec["deployments"] if d["work_pool"]["name"] == "vidtx-process" and d["name"] != "stack"
+    ]
     assert len(local) == 6
     for deployment in local:
         assert_deployment_runs(deployment, demo)
+
+
+def test_the_stack_deployment_runs_the_stack_config_on_sources_already_uploaded() -> None:
+    """video-pipeline/stack repeats configs/experiments/stack.yaml, less `synth` (make demo-stack
+    generates and uploads those sources first; the flow must not generate them on its machine)."""
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    stack = load_config(ROOT / "configs/experiments/stack.yaml")
+    assert stack.synth is not None
+    (deployment,) = [d for d in spec["deployments"] if d["name"] == "stack"]
+    assert deployment["entrypoint"] == "flows/pipeline.py:video_pipeline"
+    assert PipelineConfig.model_validate(deployment["parameters"]["config"]) == stack.model_copy(
+        update={"synth": None}
+    )
+    assert (stack.shard.executor, stack.shard.output, stack.data.shards) == ("ray", *[stack.shard.output] * 2)
+    assert stack.shard.source.startswith("s3://")
+    assert stack.train.storage_path.startswith("s3://")
 
 
 def test_batch_predict_writes_the_table_and_links_the_version_it_used(

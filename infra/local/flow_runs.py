@@ -1,4 +1,5 @@
-"""The flow runs in flight on the local Prefect server, when `make ui` stops or starts again.
+"""The flow runs in flight on a Prefect server, when `make ui` stops, or when a worker of `make ui` or
+`make stack` starts again.
 
 `cancel` (ui.sh stop, before the worker is stopped): cancel every pending or running flow run and wait
 until they have ended. Cancelling through the API is what makes the process worker stop a flow-run
@@ -67,7 +68,7 @@ async def crash_orphans(work_pool: str) -> None:
     """Mark the pool's flow runs in flight Crashed: no worker is running them."""
     async with get_client() as client:
         for run in await in_flight(client, work_pool):
-            message = f"its process was gone when the {work_pool} worker started (make ui)"
+            message = f"its process was gone when the {work_pool} worker started again"
             await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
             print(f"flow run {run.name} ({run.id}) was {run.state_name} with no process: marked Crashed")
 

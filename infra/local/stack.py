@@ -1,5 +1,6 @@
 """The services of infra/docker/compose.yaml as processes on 127.0.0.1, without Docker, with
-authentication on: `python -m infra.local.stack start|stop|purge` (make stack / make stack-stop).
+authentication on: `python -m infra.local.stack start|stop|purge` (make stack / make stack-stop), and
+`restart SERVICE` (one of RESTARTABLE, with the same settings: operations and the fault drills).
 
 - PostgreSQL (Debian's binaries, run as the `postgres` user when started as root): one database and
   role each for MLflow and Prefect, in the stack's own folder, on a port of its own.
@@ -21,21 +22,17 @@ servers there), guarded by the token; everything else listens on 127.0.0.1.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from infra.local.postgres import Postgres
+from infra.local.processes import end_tree, spawn, wait_for_http, wait_for_ray_nodes
 from infra.local.s3_server import create_user, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +48,17 @@ DEFAULT_PORTS = {
 }
 BUCKETS = ("vidtx", "mlflow-artifacts")
 WORK_POOL = "vidtx-process"
+RESTARTABLE = ("postgres", "mlflow", "prefect-server", "prefect-worker")
+
+
+@dataclass
+class Service:
+    """One process of the stack: how it starts, and the URL that answers once it is up."""
+
+    command: list[str]
+    env: dict[str, str]
+    health: str | None = None
+    headers: dict[str, str] | None = None
 
 
 class Stack:
@@ -83,6 +91,9 @@ class Stack:
             "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{ports['mlflow']}",
             "MLFLOW_TRACKING_USERNAME": "admin",
             "MLFLOW_TRACKING_PASSWORD": settings["mlflow_admin"],
+            # artifacts come through the server too: MLflow 3 otherwise downloads from the bucket by
+            # presigned URLs, which the S3 server here does not verify (and a laptop may not reach)
+            "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
             "PREFECT_API_URL": f"http://127.0.0.1:{ports['prefect']}/api",
             "PREFECT_API_AUTH_STRING": f"admin:{settings['prefect_admin']}",
             "RAY_ADDRESS": f"http://127.0.0.1:{ports['ray_dashboard']}",
@@ -102,24 +113,67 @@ class Stack:
 
     # --- processes ----------------------------------------------------------------------------------
 
-    def _spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
-        """Start `name` in a session of its own; its pid file's number says the start order."""
-        with (self.logs / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
-        (self.pids / f"{len(list(self.pids.glob('*.pid'))):02d}-{name}.pid").write_text(str(process.pid))
+    def _pidfile(self, name: str) -> Path:
+        """The pid file of `name`: its number says the start order (`stop` goes backwards)."""
+        found = list(self.pids.glob(f"*-{name}.pid"))
+        return found[0] if found else self.pids / f"{len(list(self.pids.glob('*.pid'))):02d}-{name}.pid"
 
-    def _wait(self, name: str, url: str, headers: dict[str, str] | None = None, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        (pidfile,) = self.pids.glob(f"*-{name}.pid")
-        while time.monotonic() < deadline:
-            if not _running(int(pidfile.read_text())):
-                raise RuntimeError(f"{name} exited (see {self.logs / name}.log)")
-            try:
-                with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=3):
-                    return
-            except OSError:
-                time.sleep(1)
-        raise RuntimeError(f"{name} did not answer {url} in {timeout:.0f} s (see {self.logs / name}.log)")
+    def _start(self, name: str, service: Service) -> None:
+        pidfile = self._pidfile(name)
+        spawn(service.command, service.env, self.logs / f"{name}.log", pidfile)
+        if service.health:
+            wait_for_http(name, pidfile, service.health, service.headers, timeout=180)
+
+    def _environment(self) -> dict[str, str]:
+        """This process's environment, less any service variable, with the venv's tools on PATH."""
+        base = dict(os.environ) | {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+        return {k: v for k, v in base.items() if not k.startswith(("MLFLOW_", "PREFECT_API", "AWS_", "RAY_"))}
+
+    def _services(self, settings: dict) -> dict[str, Service]:
+        """What runs on PostgreSQL and the S3 server, in start order, from the kept settings."""
+        ports, clients, base = settings["ports"], self.client_environment(settings), self._environment()
+        endpoint, s3 = clients["AWS_ENDPOINT_URL"], settings["s3"]
+        auth_config = self.folder / "mlflow-auth.ini"
+        pg = f"127.0.0.1:{ports['postgres']}"
+        mlflow = Service([str(BIN / "mlflow"), "server", "--app-name", "basic-auth", "--host", "127.0.0.1",
+                          "--port", str(ports["mlflow"]), "--workers", "1",
+                          "--backend-store-uri", f"postgresql+psycopg2://mlflow:{settings['mlflow_db']}@{pg}/mlflow",
+                          "--artifacts-destination", "s3://mlflow-artifacts"],
+                         base | {"MLFLOW_AUTH_CONFIG_PATH": str(auth_config), "MLFLOW_S3_ENDPOINT_URL": endpoint,
+                                 "MLFLOW_AUTH_ADMIN_USERNAME": "admin", "MLFLOW_AUTH_ADMIN_PASSWORD": settings["mlflow_admin"],
+                                 "AWS_ACCESS_KEY_ID": s3["key"], "AWS_SECRET_ACCESS_KEY": s3["secret"],
+                                 "MLFLOW_FLASK_SERVER_SECRET_KEY": settings["flask_secret"],
+                                 "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+                         f"{clients['MLFLOW_TRACKING_URI']}/health")  # fmt: skip
+        prefect = base | {
+            "PREFECT_HOME": str(self.folder / "prefect"),
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"postgresql+asyncpg://prefect:{settings['prefect_db']}@{pg}/prefect",
+            "PREFECT_SERVER_API_AUTH_STRING": f"admin:{settings['prefect_admin']}",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        }
+        basic = {
+            "Authorization": "Basic " + base64.b64encode(clients["PREFECT_API_AUTH_STRING"].encode()).decode()
+        }
+        prefect_server = Service([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
+                                  "--port", str(ports["prefect"])], prefect,
+                                 f"{clients['PREFECT_API_URL']}/health", basic)  # fmt: skip
+        # the nodes' own environment holds the clients' credentials: Ray workers log to MLflow and read
+        # the bucket with them (vidtx never puts credentials into a runtime env, which Ray displays)
+        # and RAY_ADDRESS is their own GCS: what Ray's processes look up without an address (Ray Train's
+        # placement-group cleaner) would otherwise stop at every other Ray running on this machine
+        ray = base | clients | {"RAY_ADDRESS": f"127.0.0.1:{ports['ray_gcs']}", "PYTHONPATH": str(ROOT)}
+        ray_head = Service(self._ray_start(ports, "--head", f"--port={ports['ray_gcs']}",
+                                           "--dashboard-host=127.0.0.1", f"--dashboard-port={ports['ray_dashboard']}",
+                                           f"--ray-client-server-port={free_port()}",
+                                           f"--temp-dir={self.folder / 'ray'}"), ray,
+                           f"{clients['RAY_ADDRESS']}/api/version",
+                           {"Authorization": f"Bearer {settings['ray_token']}"})  # fmt: skip
+        ray_worker = Service(self._ray_start(ports, f"--address=127.0.0.1:{ports['ray_gcs']}"), ray)
+        worker = Service(
+            [str(BIN / "prefect"), "worker", "start", "--pool", WORK_POOL], base | prefect | clients
+        )
+        return {"mlflow": mlflow, "prefect-server": prefect_server, "ray-head": ray_head,
+                "ray-worker": ray_worker, "prefect-worker": worker}  # fmt: skip
 
     def start(self) -> dict[str, str]:
         if any(self.pids.glob("*.pid")):
@@ -128,19 +182,16 @@ class Stack:
             folder.mkdir(parents=True, exist_ok=True)
         settings = self.settings()
         ports = settings["ports"]
-        base = dict(os.environ) | {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-        for name in list(base):
-            if name.startswith(("MLFLOW_", "PREFECT_API", "AWS_", "RAY_")):
-                base.pop(name)
-        postgres = Postgres(self.folder, settings["ports"]["postgres"], settings["postgres"])
-        postgres.start(self.logs)
-        postgres.create_databases({name: settings[f"{name}_db"] for name in ("mlflow", "prefect")})
+        base = self._environment()
+        self._postgres(settings).start(self.logs)
+        self._postgres(settings).create_databases(
+            {name: settings[f"{name}_db"] for name in ("mlflow", "prefect")}
+        )
 
         # S3: three unsigned requests make the IAM user, then every request must be signed with its keys
-        self._spawn("s3", [str(BIN / "python"), "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports["s3"])],
-                    base | {"INITIAL_NO_AUTH_ACTION_COUNT": "3"})  # fmt: skip
         endpoint = f"http://127.0.0.1:{ports['s3']}"
-        self._wait("s3", f"{endpoint}/moto-api/")
+        self._start("s3", Service([str(BIN / "python"), "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports["s3"])],
+                                  base | {"INITIAL_NO_AUTH_ACTION_COUNT": "3"}, f"{endpoint}/moto-api/"))  # fmt: skip
         # boto3 signs the bootstrap requests with whatever keys it finds; moto does not check those three
         os.environ |= {
             "AWS_DEFAULT_REGION": "us-east-1",
@@ -157,71 +208,49 @@ class Stack:
         for bucket in BUCKETS:
             s3.create_bucket(Bucket=bucket)
         clients = self.client_environment(settings)
-
-        auth_config = self.folder / "mlflow-auth.ini"
-        self._write_private(auth_config, "\n".join([
+        self._write_private(self.folder / "mlflow-auth.ini", "\n".join([
             "[mlflow]", "default_permission = READ", f"database_uri = sqlite:///{self.folder / 'mlflow-auth.db'}",
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth", "",
         ]))  # fmt: skip
-        pg = f"127.0.0.1:{ports['postgres']}"
-        self._spawn("mlflow", [str(BIN / "mlflow"), "server", "--app-name", "basic-auth", "--host", "127.0.0.1",
-                               "--port", str(ports["mlflow"]), "--workers", "1",
-                               "--backend-store-uri", f"postgresql+psycopg2://mlflow:{settings['mlflow_db']}@{pg}/mlflow",
-                               "--artifacts-destination", "s3://mlflow-artifacts"],
-                    base | {"MLFLOW_AUTH_CONFIG_PATH": str(auth_config), "MLFLOW_S3_ENDPOINT_URL": endpoint,
-                            "MLFLOW_AUTH_ADMIN_USERNAME": "admin", "MLFLOW_AUTH_ADMIN_PASSWORD": settings["mlflow_admin"],
-                            "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
-                            "MLFLOW_FLASK_SERVER_SECRET_KEY": settings["flask_secret"],
-                            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # fmt: skip
-        prefect = base | {
-            "PREFECT_HOME": str(self.folder / "prefect"),
-            "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"postgresql+asyncpg://prefect:{settings['prefect_db']}@{pg}/prefect",
-            "PREFECT_SERVER_API_AUTH_STRING": f"admin:{settings['prefect_admin']}",
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        }
-        self._spawn("prefect-server", [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
-                                       "--port", str(ports["prefect"])], prefect)  # fmt: skip
-        # the nodes' own environment holds the clients' credentials: Ray workers log to MLflow and read
-        # the bucket with them (vidtx never puts credentials into a runtime env, which Ray displays)
-        ray = base | {k: v for k, v in clients.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
-        self._spawn("ray-head", self._ray_start(ports, "--head", f"--port={ports['ray_gcs']}",
-                                                "--dashboard-host=127.0.0.1", f"--dashboard-port={ports['ray_dashboard']}",
-                                                f"--ray-client-server-port={free_port()}",
-                                                f"--temp-dir={self.folder / 'ray'}"), ray)  # fmt: skip
-        self._wait("mlflow", f"{clients['MLFLOW_TRACKING_URI']}/health")
-        basic = {
-            "Authorization": "Basic "
-            + base64.b64encode(f"admin:{settings['prefect_admin']}".encode()).decode()
-        }
-        self._wait("prefect-server", f"{clients['PREFECT_API_URL']}/health", basic)
-        bearer = {"Authorization": f"Bearer {settings['ray_token']}"}
-        self._wait("ray-head", f"{clients['RAY_ADDRESS']}/api/version", bearer)
-        self._spawn("ray-worker", self._ray_start(ports, f"--address=127.0.0.1:{ports['ray_gcs']}"), ray)
-        self._wait_for_ray_nodes(clients, 2)
-        worker = base | prefect | clients
+        services = self._services(settings)
+        for name in ("mlflow", "prefect-server", "ray-head", "ray-worker"):
+            self._start(name, services[name])
+        os.environ |= {
+            name: clients[name] for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+        }  # before Ray reads them
+        wait_for_ray_nodes(clients["RAY_ADDRESS"], 2, f"{self.logs}/ray-*.log")
         subprocess.run([str(BIN / "prefect"), "work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"],
-                       env=worker, check=True, capture_output=True)  # fmt: skip
-        self._spawn("prefect-worker", [str(BIN / "prefect"), "worker", "start", "--pool", WORK_POOL], worker)
+                       env=services["prefect-worker"].env, check=True, capture_output=True)  # fmt: skip
+        self._start("prefect-worker", services["prefect-worker"])
         self._write_private(
             self.folder / "stack.env", "".join(f"export {k}={v}\n" for k, v in clients.items())
         )
         return clients
 
-    def _wait_for_ray_nodes(self, clients: dict[str, str], count: int, timeout: float = 180) -> None:
-        os.environ |= {
-            name: clients[name] for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
-        }  # before Ray reads them
-        from ray.util.state import list_nodes
+    def restart(self, name: str) -> None:
+        """Stop one service and start it again with the same settings (the fault drills; operations).
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(Exception):  # the state API is not up yet
-                if sum(n.state == "ALIVE" for n in list_nodes(address=clients["RAY_ADDRESS"])) == count:
-                    return
-            time.sleep(1)
-        raise RuntimeError(
-            f"the Ray cluster has not {count} nodes after {timeout:.0f} s (see {self.logs}/ray-*.log)"
-        )
+        The Prefect worker's flow runs in flight have no process any more when it starts again: they
+        are marked Crashed first (as `make ui` does), so that a retry can take them up."""
+        if name not in RESTARTABLE:
+            raise SystemExit(f"restart takes one of {', '.join(RESTARTABLE)}, not {name!r}")
+        settings = self.settings()
+        if name == "postgres":
+            self._postgres(settings).stop()
+            self._postgres(settings).start(self.logs)
+            return
+        services = self._services(settings)
+        pidfile = self._pidfile(name)
+        if pidfile.exists():
+            end_tree(int(pidfile.read_text()))
+        if name == "prefect-worker":
+            orphans = [str(BIN / "python"), str(ROOT / "infra/local/flow_runs.py"), "crash-orphans",
+                       "--work-pool", WORK_POOL]  # fmt: skip
+            subprocess.run(orphans, env=services[name].env, check=True, capture_output=True)
+        self._start(name, services[name])
+
+    def _postgres(self, settings: dict) -> Postgres:
+        return Postgres(self.folder, settings["ports"]["postgres"], settings["postgres"])
 
     @staticmethod
     def _ray_start(ports: dict[str, int], *args: str) -> list[str]:
@@ -234,31 +263,12 @@ class Stack:
         """End what `start` started, last started first: SIGTERM to each process tree, then SIGKILL."""
         stopped = []
         for pidfile in sorted(self.pids.glob("*.pid"), reverse=True):
-            pid = int(pidfile.read_text())
-            try:
-                tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-            except psutil.NoSuchProcess:
-                tree = []
-            for process in tree:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.send_signal(signal.SIGTERM)
-            _, alive = psutil.wait_procs(tree, timeout=20)
-            for process in alive:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    process.kill()
-            psutil.wait_procs(alive, timeout=10)
+            end_tree(int(pidfile.read_text()))
             pidfile.unlink()
             stopped.append(pidfile.stem.split("-", 1)[1])
         if Postgres(self.folder).stop():
             stopped.append("postgres")
         return stopped
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def main() -> None:
@@ -269,6 +279,9 @@ def main() -> None:
         print(f"stack up: MLflow {clients['MLFLOW_TRACKING_URI']}, Prefect {clients['PREFECT_API_URL']}, "
               f"Ray {clients['RAY_ADDRESS']}, S3 {clients['AWS_ENDPOINT_URL']}; "
               f"clients: source {stack.folder / 'stack.env'}")  # fmt: skip
+    elif command == "restart" and len(sys.argv) == 3:
+        stack.restart(sys.argv[2])
+        print(f"restarted {sys.argv[2]}")
     elif command in ("stop", "purge"):
         print(f"stopped: {', '.join(stack.stop()) or 'nothing was running'}")
         if command == "purge":  # the data too: PostgreSQL's folder and the stack's
@@ -276,7 +289,9 @@ def main() -> None:
             shutil.rmtree(stack.folder, ignore_errors=True)
             print(f"removed {stack.folder}")
     else:
-        raise SystemExit("usage: python -m infra.local.stack start|stop|purge")
+        raise SystemExit(
+            f"usage: python -m infra.local.stack start|stop|purge|restart {{{'|'.join(RESTARTABLE)}}}"
+        )
 
 
 if __name__ == "__main__":

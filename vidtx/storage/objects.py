@@ -174,11 +174,15 @@ def write_text(where: Location, text: str) -> Location:
 
 
 def upload(local: Path, where: Location) -> None:
-    """Copy the finished file `local` to `where` as one object (a local `where`: a copy then rename)."""
+    """Copy the finished file `local` to `where` as one object (a local `where`: a copy then rename);
+    a folder `local` becomes one object per file below it, at the same relative names."""
     if not is_remote(where):
         destination = Path(where)
         destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(local, destination)
+        if local.is_dir():
+            shutil.copytree(local, destination, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(local, destination)
         return
     client, path = filesystem(where)
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from vidtx.config import PipelineConfig, deep_merge, dump_config
+from vidtx.processes import TerminatedError, sigterm_raises
 from vidtx.ray_session import worker_env
 from vidtx.tracking.runs import connect, resolve_tracking_uri, start_or_resume_run
 from vidtx.train.payload import TrainResult, storage_location
@@ -29,6 +30,7 @@ from vidtx.train.progress import ProgressCallback, follow_progress
 
 logger = logging.getLogger(__name__)
 
+RUN_NAME_METADATA = "vidtx.run_name"
 AGENT_WAIT_S = 120.0  # how long a submission waits for the head node's job agent
 
 
@@ -58,21 +60,8 @@ def submit_training_job(
     in_cluster.train.cluster.address = None  # inside the job, Ray's own RAY_ADDRESS points at the cluster
     # the job writes its result there, so both sides must mean the same place
     in_cluster.train.storage_path = storage_location(config.train.storage_path)
-    env_vars = worker_env()
-    with tempfile.TemporaryDirectory(prefix="vidtx-job-") as workdir:
-        Path(workdir, "config.yaml").write_text(dump_config(in_cluster))
-        runtime_env = deep_merge(
-            config.train.cluster.runtime_env, {"working_dir": workdir, "env_vars": env_vars}
-        )
-        job_id = _submit(  # uploads working_dir now
-            client,
-            entrypoint=job_entrypoint(tags or {}),
-            runtime_env=runtime_env,
-            submission_id=f"{run_name}-{uuid.uuid4().hex[:8]}",
-            metadata={"vidtx.run_name": run_name},
-        )
-    logger.info("submitted Ray Job %s to %s (run %s)", job_id, address, run_name)
-    with follow_progress(mlflow, run_id, config.train.max_steps, progress):
+    job_id = _live_job(client, run_name) or _submit_run(client, config, in_cluster, tags)
+    with sigterm_raises(), follow_progress(mlflow, run_id, config.train.max_steps, progress):
         logs = _wait(client, job_id, echo=config.train.cluster.follow_logs)
     status = client.get_job_status(job_id)
     if status != JobStatus.SUCCEEDED:
@@ -86,6 +75,40 @@ def submit_training_job(
             f"Ray Job {job_id} succeeded, but its result is not readable from here ({err}): "
             "train.storage_path must be storage that this machine and the cluster both reach"
         ) from err
+
+
+def _live_job(client: JobSubmissionClient, run_name: str) -> str | None:
+    """The Ray Job still training `run_name`, if one is: its submitter was lost (the flow-run process
+    killed, the laptop gone) while the cluster kept training. A re-run follows that job instead of
+    submitting a second one that would train the same run beside it."""
+    for job in client.list_jobs():
+        if (job.metadata or {}).get(RUN_NAME_METADATA) == run_name and not job.status.is_terminal():
+            logger.info("Ray Job %s is still training run %s: following it", job.submission_id, run_name)
+            return job.submission_id
+    return None
+
+
+def _submit_run(
+    client: JobSubmissionClient,
+    config: PipelineConfig,
+    in_cluster: PipelineConfig,
+    tags: Mapping[str, str] | None,
+) -> str:
+    run_name = in_cluster.train.run_name
+    with tempfile.TemporaryDirectory(prefix="vidtx-job-") as workdir:
+        Path(workdir, "config.yaml").write_text(dump_config(in_cluster))
+        runtime_env = deep_merge(
+            config.train.cluster.runtime_env, {"working_dir": workdir, "env_vars": worker_env()}
+        )
+        job_id = _submit(  # uploads working_dir now
+            client,
+            entrypoint=job_entrypoint(tags or {}),
+            runtime_env=runtime_env,
+            submission_id=f"{run_name}-{uuid.uuid4().hex[:8]}",
+            metadata={RUN_NAME_METADATA: run_name},
+        )
+    logger.info("submitted Ray Job %s to %s (run %s)", job_id, client.get_address(), run_name)
+    return job_id
 
 
 def _submit(client: JobSubmissionClient, **job: object) -> str:
@@ -103,15 +126,24 @@ def _submit(client: JobSubmissionClient, **job: object) -> str:
 
 
 def _wait(client: JobSubmissionClient, job_id: str, echo: bool) -> str:
-    """Stream the job's logs to stdout (when `echo`) until it ends; returns all of them."""
-    if echo:
+    """Stream the job's logs to stdout (when `echo`) until it ends; returns all of them.
 
-        async def tail() -> None:
-            async for chunk in client.tail_job_logs(job_id):
-                sys.stdout.write(chunk)
-                sys.stdout.flush()
+    Stopped from outside (SIGTERM, Ctrl-C, a Prefect cancellation), it stops the job too: cancelling
+    a run stops its training on the cluster."""
+    try:
+        if echo:
 
-        asyncio.run(tail())
-    while not client.get_job_status(job_id).is_terminal():
-        time.sleep(2.0)
+            async def tail() -> None:
+                async for chunk in client.tail_job_logs(job_id):
+                    sys.stdout.write(chunk)
+                    sys.stdout.flush()
+
+            asyncio.run(tail())
+        while not client.get_job_status(job_id).is_terminal():
+            time.sleep(2.0)
+    except BaseException as err:
+        if not isinstance(err, Exception) or isinstance(err, TerminatedError):
+            logger.info("stopping Ray Job %s", job_id)
+            client.stop_job(job_id)
+        raise
     return client.get_job_logs(job_id)

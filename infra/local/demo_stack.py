@@ -1,0 +1,113 @@
+"""`make demo-stack`: the demo pipeline across the services of `make stack`, as a team runs it.
+
+    python -m infra.local.demo_stack [--set KEY=VALUE ...] [--no-wait]
+
+With nothing but the stack's env file: the synthetic sources of configs/experiments/stack.yaml are
+generated here and uploaded to the bucket (shard.source's folder), the `video-pipeline/stack`
+deployment (prefect.yaml) is deployed to the stack's Prefect server and run through its API with that
+config (shard.ray_address: the stack's GCS), and the stack's worker picks it up: shards written by Ray
+tasks into the bucket, training as a Ray Job on both nodes, evaluation, registration on the MLflow
+server. Prints the flow run (its id first, for scripts), then waits for it and prints its summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from uuid import UUID
+
+from infra.local.stack import BIN, ROOT, Stack
+from vidtx import storage
+from vidtx.config import PipelineConfig, load_config
+from vidtx.locations import parent_of
+from vidtx.shard.synthetic import generate_dataset
+
+STACK_CONFIG = ROOT / "configs" / "experiments" / "stack.yaml"
+DEPLOYMENT = "video-pipeline/stack"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """The `export NAME=VALUE` lines of the stack's env file."""
+    if not path.exists():
+        raise SystemExit(f"no stack at {path.parent}: run `make stack` first")
+    lines = path.read_text().splitlines()
+    return dict(line.removeprefix("export ").split("=", 1) for line in lines if line.strip())
+
+
+def stack_config(stack: Stack, overrides: list[str]) -> PipelineConfig:
+    """configs/experiments/stack.yaml pointed at this stack's GCS, with `overrides` on top."""
+    ports = json.loads((stack.folder / "secrets.json").read_text())["ports"]
+    return load_config(STACK_CONFIG, [f"shard.ray_address=127.0.0.1:{ports['ray_gcs']}", *overrides])
+
+
+def upload_sources(config: PipelineConfig) -> None:
+    """Generate the synthetic dataset here (kept for the next time) and upload it where shard.source is."""
+    assert config.synth is not None, "the stack config names the sources to generate in `synth`"
+    annotations = config.synth.output / "annotations.csv"
+    local = annotations if annotations.is_file() else generate_dataset(config.synth)
+    storage.upload(local.parent, parent_of(config.shard.source))
+    print(f"sources: {local.parent} uploaded to {parent_of(config.shard.source)}")
+
+
+def trigger(config: PipelineConfig) -> str:
+    """Deploy video-pipeline/stack and run it with `config` (less `synth`) through the Prefect API."""
+    from prefect.deployments import run_deployment
+
+    deploy = [str(BIN / "prefect"), "--no-prompt", "deploy", "--prefect-file", "prefect.yaml",
+              "--name", DEPLOYMENT]  # fmt: skip
+    deployed = subprocess.run(deploy, cwd=ROOT, capture_output=True, text=True)
+    if deployed.returncode != 0:
+        raise SystemExit(
+            f"prefect deploy {DEPLOYMENT} failed:\n{deployed.stdout[-2000:]}{deployed.stderr[-2000:]}"
+        )
+    parameters = {"config": config.model_copy(update={"synth": None}).model_dump(mode="json")}
+    flow_run = run_deployment(DEPLOYMENT, parameters=parameters, timeout=0)
+    return str(flow_run.id)
+
+
+def wait_and_report(flow_run_id: str) -> bool:
+    """Wait for the flow run to end; print its final state and summary artifact. Whether it Completed."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+    from prefect.flow_runs import wait_for_flow_run
+
+    flow_run = asyncio.run(wait_for_flow_run(UUID(flow_run_id), timeout=7200, log_states=True))
+    print(f"flow run {flow_run.name}: {flow_run.state_name} ({flow_run.state.message or ''})")
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run.id]),
+                key=ArtifactFilterKey(any_=["pipeline-summary"]),
+            )
+        )
+    for artifact in artifacts:
+        print(artifact.data)
+    return flow_run.state.is_completed()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m infra.local.demo_stack", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--no-wait", action="store_true", help="print the flow run's id and return")
+    args = parser.parse_args(argv)
+    stack = Stack(Path(os.environ.get("VIDTX_STACK_DIR", ROOT / "runs" / "stack")))
+    os.environ.update(read_env_file(stack.folder / "stack.env"))  # before Prefect reads its settings
+    config = stack_config(stack, args.overrides)
+    storage.configure(config.storage.endpoint_url, config.storage.region)
+    upload_sources(config)
+    flow_run_id = trigger(config)
+    print(flow_run_id)
+    print(f"flow run on {os.environ['PREFECT_API_URL'].removesuffix('/api')}/runs/flow-run/{flow_run_id}")
+    if not args.no_wait and not wait_and_report(flow_run_id):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
