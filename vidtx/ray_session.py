@@ -22,6 +22,7 @@ RAY_PRINTER = "ray_print_logs"  # the handler through which `ray.init` prints th
 WORKER_OUTPUT_HANDLER = "vidtx_worker_output"
 LOOPBACK = ("127.0.0.1", "::1", "localhost", None)
 worker_output = logging.getLogger("ray.workers")
+logger = logging.getLogger(__name__)
 
 # Not credentials: those come from each node's own environment (or its instance role), never from a
 # runtime environment that Ray shows in its dashboard.
@@ -44,6 +45,11 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
     starts a local instance on this machine, listening on 127.0.0.1 only.
     """
     if ray.is_initialized():
+        connected = ray.get_runtime_context().gcs_address
+        if address not in (None, "auto", "local", connected):
+            logger.warning(
+                "this process is already connected to Ray at %s: using it, not %s", connected, address
+            )
         yield
         return
     in_ray_job = bool(os.environ.get(JOB_CONFIG_VARIABLE))
@@ -81,15 +87,16 @@ def _log_worker_output(batch: dict[str, Any]) -> None:
         worker_output.info("%s %s", origin, line)
 
 
-def _cluster_from_environment() -> str | None:
-    """None where RAY_ADDRESS names a cluster (ray.init reads it), else "local": a new local instance.
+def is_jobs_api(address: str | None) -> bool:
+    """Whether `address` is a Ray Jobs API (http://head:8265): where training submits jobs, not a
+    cluster that `ray.init` joins or sends tasks to."""
+    return bool(address) and address.startswith(("http://", "https://"))
 
-    RAY_ADDRESS of a Ray Jobs API (http://...) is where training submits jobs, not a cluster to join.
-    """
+
+def _cluster_from_environment() -> str | None:
+    """None where RAY_ADDRESS names a cluster (ray.init reads it), else "local": a new local instance."""
     from_environment = os.environ.get("RAY_ADDRESS", "")
-    if from_environment and not from_environment.startswith(("http://", "https://")):
-        return None
-    return "local"
+    return None if from_environment and not is_jobs_api(from_environment) else "local"
 
 
 @contextlib.contextmanager

@@ -24,7 +24,7 @@ from vidtx.locations import is_remote, join
 from vidtx.log import setup_logging, track
 from vidtx.manifest import Manifest
 from vidtx.processes import forkserver_context, sigterm_raises
-from vidtx.ray_session import ray_session, worker_env
+from vidtx.ray_session import is_jobs_api, ray_session, worker_env
 from vidtx.shard.plan import ShardSpec, plan_shards, read_dataset
 from vidtx.shard.report import write_ignored
 from vidtx.shard.writer import ShardingError, ShardResult, finalize_split, stats_path, write_shard
@@ -83,7 +83,7 @@ def ray_cluster(cfg: ShardConfig) -> str | None:
     """The address `ray_session` joins: `shard.ray_address`, else RAY_ADDRESS or a local Ray (None).
     A RAY_ADDRESS of a Ray Jobs API is refused here, at the start: tasks cannot be sent through it."""
     jobs_api = os.environ.get("RAY_ADDRESS", "")
-    if cfg.ray_address is None and jobs_api.startswith(("http://", "https://")):
+    if cfg.ray_address is None and is_jobs_api(jobs_api):
         raise ShardingError(
             f"shard.ray_address is not set and RAY_ADDRESS ({jobs_api}) is a Ray Jobs API, which runs "
             "jobs, not tasks: set shard.ray_address to the cluster's GCS (host:6379) or Ray Client "

@@ -27,7 +27,7 @@ from vidtx.data.shares import UnreadableShardsError
 from vidtx.locations import is_remote, location
 from vidtx.model_factory import check_model_config
 from vidtx.processes import TerminatedError, sigterm_raises
-from vidtx.ray_session import ray_session, worker_env
+from vidtx.ray_session import is_jobs_api, ray_session, worker_env
 from vidtx.tracking.lineage import MANIFEST_HASH_TAG
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
@@ -62,7 +62,7 @@ def train(
     check_model_config(config)  # a bad preset or option fails here, before anything starts
     run_name = run_name or config.train.run_name or default_run_name(config)
     address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
-    if address and address.startswith(("http://", "https://")):
+    if is_jobs_api(address):
         return submit_training_job(config, run_name, address, tags, progress)
     return _train_on_ray(config, run_name, address, tags or {}, progress)
 
