@@ -17,7 +17,7 @@ from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.model_factory import check_model_config
 from vidtx.shard.synthetic import frame_order_verdict
-from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link, run_link
+from vidtx.tracking.links import LOCAL_MLFLOW_UI, mlflow_ui, model_version_link, run_link
 from vidtx.tracking.model_registry import ModelVersionInfo
 from vidtx.train.splits import evaluation_split
 
@@ -32,6 +32,7 @@ class PipelineResult(BaseModel):
     run_name: str
     mlflow_run_id: str
     mlflow_run_url: str
+    mlflow_ui: str
     checkpoint: str
     eval_split: str
     views: str
@@ -78,7 +79,7 @@ def summary_lines(
         ),
         ("model", f"{result.model_uri} aliases {', '.join(result.aliases) or 'none'} ({result.promotion})"),
         *([("frame order", result.frame_order)] if result.frame_order else []),
-        ("browse", browse_line(result.mlflow_run_url.split("/#/")[0], prefect_ui())),
+        ("browse", browse_line(result.mlflow_ui, prefect_ui())),
         ("predict", f"vidtx predict VIDEO.mp4 --model models:/{result.model_name}@champion"),
     ]
 
@@ -135,6 +136,7 @@ def video_pipeline(config: PipelineConfig) -> PipelineResult:
         run_name=trained.run_name,
         mlflow_run_id=trained.mlflow_run_id,
         mlflow_run_url=run_link(config, trained.mlflow_run_id),
+        mlflow_ui=mlflow_ui(config),
         checkpoint=checkpoint,
         eval_split=evaluation.split,
         views=evaluation.views,

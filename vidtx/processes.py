@@ -43,6 +43,11 @@ class TerminatedError(Exception):
     """The process received SIGTERM."""
 
 
+def stopped_from_outside(err: BaseException) -> bool:
+    """Whether `err` means the work was stopped (SIGTERM, Ctrl-C, a Prefect cancellation), not failed."""
+    return isinstance(err, TerminatedError) or not isinstance(err, Exception)
+
+
 def _exit_with_parent(parent: BaseProcess) -> None:
     """Wait for `parent` to exit, then SIGKILL this process's children and exit at once."""
     wait([parent.sentinel])

@@ -2,7 +2,7 @@
 
     python -m infra.local.demo_stack [--set KEY=VALUE ...] [--no-wait]
 
-With nothing but the stack's env file: the synthetic sources of configs/experiments/stack.yaml are
+With the stack's env file and ports (no other setting): the synthetic sources of configs/experiments/stack.yaml are
 generated here and uploaded to the bucket (shard.source's folder), the `video-pipeline/stack`
 deployment (prefect.yaml) is deployed to the stack's Prefect server and run through its API with that
 config (shard.ray_address: the stack's GCS), and the stack's worker picks it up: shards written by Ray
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -41,7 +40,7 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 def stack_config(stack: Stack, overrides: list[str]) -> PipelineConfig:
     """configs/experiments/stack.yaml pointed at this stack's GCS, with `overrides` on top."""
-    ports = json.loads((stack.folder / "secrets.json").read_text())["ports"]
+    ports = stack.settings()["ports"]
     return load_config(STACK_CONFIG, [f"shard.ray_address=127.0.0.1:{ports['ray_gcs']}", *overrides])
 
 

@@ -118,11 +118,13 @@ class Stack:
         found = list(self.pids.glob(f"*-{name}.pid"))
         return found[0] if found else self.pids / f"{len(list(self.pids.glob('*.pid'))):02d}-{name}.pid"
 
-    def _start(self, name: str, service: Service) -> None:
-        pidfile = self._pidfile(name)
-        spawn(service.command, service.env, self.logs / f"{name}.log", pidfile)
-        if service.health:
-            wait_for_http(name, pidfile, service.health, service.headers, timeout=180)
+    def _start(self, services: dict[str, Service]) -> None:
+        """Spawn them all (in order), then wait until each answers: they start side by side."""
+        for name, service in services.items():
+            spawn(service.command, service.env, self.logs / f"{name}.log", self._pidfile(name))
+        for name, service in services.items():
+            if service.health:
+                wait_for_http(name, self._pidfile(name), service.health, service.headers, timeout=180)
 
     def _environment(self) -> dict[str, str]:
         """This process's environment, less any service variable, with the venv's tools on PATH."""
@@ -190,8 +192,8 @@ class Stack:
 
         # S3: three unsigned requests make the IAM user, then every request must be signed with its keys
         endpoint = f"http://127.0.0.1:{ports['s3']}"
-        self._start("s3", Service([str(BIN / "python"), "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports["s3"])],
-                                  base | {"INITIAL_NO_AUTH_ACTION_COUNT": "3"}, f"{endpoint}/moto-api/"))  # fmt: skip
+        self._start({"s3": Service([str(BIN / "python"), "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports["s3"])],
+                                  base | {"INITIAL_NO_AUTH_ACTION_COUNT": "3"}, f"{endpoint}/moto-api/")})  # fmt: skip
         # boto3 signs the bootstrap requests with whatever keys it finds; moto does not check those three
         os.environ |= {
             "AWS_DEFAULT_REGION": "us-east-1",
@@ -213,15 +215,15 @@ class Stack:
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth", "",
         ]))  # fmt: skip
         services = self._services(settings)
-        for name in ("mlflow", "prefect-server", "ray-head", "ray-worker"):
-            self._start(name, services[name])
+        self._start({name: services[name] for name in ("mlflow", "prefect-server", "ray-head")})
+        self._start({"ray-worker": services["ray-worker"]})  # joins the head's GCS, up now
         os.environ |= {
             name: clients[name] for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
         }  # before Ray reads them
         wait_for_ray_nodes(clients["RAY_ADDRESS"], 2, f"{self.logs}/ray-*.log")
         subprocess.run([str(BIN / "prefect"), "work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"],
                        env=services["prefect-worker"].env, check=True, capture_output=True)  # fmt: skip
-        self._start("prefect-worker", services["prefect-worker"])
+        self._start({"prefect-worker": services["prefect-worker"]})
         self._write_private(
             self.folder / "stack.env", "".join(f"export {k}={v}\n" for k, v in clients.items())
         )
@@ -229,9 +231,7 @@ class Stack:
 
     def restart(self, name: str) -> None:
         """Stop one service and start it again with the same settings (the fault drills; operations).
-
-        The Prefect worker's flow runs in flight have no process any more when it starts again: they
-        are marked Crashed first (as `make ui` does), so that a retry can take them up."""
+        The worker's runs in flight are marked Crashed first (as `make ui` does), so a retry takes them."""
         if name not in RESTARTABLE:
             raise SystemExit(f"restart takes one of {', '.join(RESTARTABLE)}, not {name!r}")
         settings = self.settings()
@@ -247,7 +247,7 @@ class Stack:
             orphans = [str(BIN / "python"), str(ROOT / "infra/local/flow_runs.py"), "crash-orphans",
                        "--work-pool", WORK_POOL]  # fmt: skip
             subprocess.run(orphans, env=services[name].env, check=True, capture_output=True)
-        self._start(name, services[name])
+        self._start({name: services[name]})
 
     def _postgres(self, settings: dict) -> Postgres:
         return Postgres(self.folder, settings["ports"]["postgres"], settings["postgres"])

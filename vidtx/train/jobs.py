@@ -22,7 +22,7 @@ from pathlib import Path
 from ray.job_submission import JobStatus, JobSubmissionClient
 
 from vidtx.config import PipelineConfig, deep_merge, dump_config
-from vidtx.processes import TerminatedError, sigterm_raises
+from vidtx.processes import sigterm_raises, stopped_from_outside
 from vidtx.ray_session import worker_env
 from vidtx.tracking.runs import connect, resolve_tracking_uri, start_or_resume_run
 from vidtx.train.payload import TrainResult, storage_location
@@ -142,7 +142,7 @@ def _wait(client: JobSubmissionClient, job_id: str, echo: bool) -> str:
         while not client.get_job_status(job_id).is_terminal():
             time.sleep(2.0)
     except BaseException as err:
-        if not isinstance(err, Exception) or isinstance(err, TerminatedError):
+        if stopped_from_outside(err):
             logger.info("stopping Ray Job %s", job_id)
             client.stop_job(job_id)
         raise

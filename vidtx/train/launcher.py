@@ -26,7 +26,7 @@ from vidtx.config import PipelineConfig
 from vidtx.data.shares import UnreadableShardsError
 from vidtx.locations import is_remote, location
 from vidtx.model_factory import check_model_config
-from vidtx.processes import TerminatedError, sigterm_raises
+from vidtx.processes import sigterm_raises, stopped_from_outside
 from vidtx.ray_session import is_jobs_api, ray_session, worker_env
 from vidtx.tracking.lineage import MANIFEST_HASH_TAG
 from vidtx.tracking.runs import (
@@ -107,8 +107,7 @@ def _train_on_ray(
             with follow_progress(client, run_id, train_cfg.max_steps, progress):
                 result = _fit(trainer)
     except BaseException as err:  # stopped from outside (SIGTERM, Ctrl-C, a Prefect cancellation): KILLED
-        stopped = isinstance(err, TerminatedError) or not isinstance(err, Exception)
-        client.set_terminated(run_id, status="KILLED" if stopped else "FAILED")
+        client.set_terminated(run_id, status="KILLED" if stopped_from_outside(err) else "FAILED")
         raise
     best = result.best_checkpoints[-1][0] if result.best_checkpoints else None
     for tag, checkpoint in {CHECKPOINT_TAG: result.checkpoint, BEST_CHECKPOINT_TAG: best}.items():
