@@ -18,6 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("flows",),
     ("vidtx.__main__",),
     ("vidtx.cli",),
+    ("vidtx.cli_help",),
     ("vidtx.stages", "vidtx.plan"),
     ("vidtx.train",),
     ("vidtx.tracking",),

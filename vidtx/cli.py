@@ -13,6 +13,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from vidtx.cli_help import print_settings, reads
 from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
 from vidtx.env import apply_defaults
 from vidtx.files import one_line
@@ -30,7 +31,7 @@ config_app = typer.Typer(help="Inspect configurations.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
 ConfigArg = Annotated[
-    Path, typer.Argument(help="Pipeline config YAML (see configs/).", exists=True, dir_okay=False)
+    Path, typer.Argument(help="Pipeline config YAML (configs/).", exists=True, dir_okay=False)
 ]
 OptionalConfigOpt = Annotated[
     Path | None,
@@ -53,9 +54,8 @@ def fail(message: str, code: int = 2) -> NoReturn:  # one line, no traceback
 
 def with_shortcuts(shortcuts: dict[str, object], overrides: list[str] | None) -> list[str]:
     """`--set` overrides after those of the shortcuts given (dotted field -> value, None: not given)."""
-    return [f"{field}={json.dumps(str(value))}" for field, value in shortcuts.items() if value] + (
-        overrides or []
-    )
+    given = [f"{field}={json.dumps(str(value))}" for field, value in shortcuts.items() if value is not None]
+    return given + (overrides or [])
 
 
 def load(
@@ -81,20 +81,27 @@ def _root(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="All out
     setup_logging(verbose)
 
 
-@config_app.command("show")
+@config_app.command("show", cls=reads("config show"))
 def config_show(config: ConfigArg, overrides: OverridesOpt = None) -> None:
     """Print the resolved config (includes merged, overrides applied, defaults filled in)."""
     typer.echo(dump_config(load(config, overrides)), nl=False)
 
 
-@app.command()
+@config_app.command("fields")
+def config_fields(
+    sections: Annotated[list[str] | None, typer.Argument(help="(default: all)")] = None,
+) -> None:
+    """Every setting of the schema: key, type or choices, default and description."""
+    print_settings(sections)
+
+
+@app.command(cls=reads("synth"))
 def synth(
     output: Annotated[Path | None, typer.Argument(help="Output folder (synth.output).")] = None,
     config: OptionalConfigOpt = None,
     overrides: OverridesOpt = None,
 ) -> None:
-    """Generate a synthetic dataset of MP4 videos whose class only the frame order tells
-    (e.g. --set synth.videos_per_class.train=8 --set synth.size=32)."""
+    """Generate a synthetic dataset of MP4 videos whose class only the frame order tells."""
     from vidtx.config import SynthConfig
     from vidtx.shard.synthetic import generate_dataset
 
@@ -102,15 +109,14 @@ def synth(
     typer.echo(f"wrote {generate_dataset(cfg)}")
 
 
-@app.command()
+@app.command(cls=reads("shard"))
 def shard(
     source: Annotated[str | None, typer.Argument(help="Dataset root or annotations (shard.source).")] = None,
     output: Annotated[str | None, typer.Argument(help="Shards folder or bucket (shard.output).")] = None,
     config: OptionalConfigOpt = None,
     overrides: OverridesOpt = None,
 ) -> None:
-    """Probe, filter and write a video dataset into WebDataset shards
-    (e.g. --set shard.format=folder --set shard.processes=4 --set shard.reencode.short_side=256)."""
+    """Probe, filter and write a video dataset into WebDataset shards and one manifest per split."""
     from vidtx.manifest import manifest_path
     from vidtx.shard.job import shard_dataset
     from vidtx.shard.report import shard_summary
@@ -137,7 +143,7 @@ def inspect(
         fail(f"{len(damaged)} damaged shard(s) in {shards}: run `vidtx shard` again to rewrite them", code=1)
 
 
-@app.command()
+@app.command(cls=reads("train"))
 def train(
     config: ConfigArg,
     overrides: OverridesOpt = None,
@@ -152,7 +158,7 @@ def train(
     typer.echo(run_training(load(config, overrides), tags=parse_tags(tags or [])).summary())
 
 
-@app.command()
+@app.command(cls=reads("evaluate"))
 def evaluate(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: CheckpointOpt = None) -> None:
     """Multi-view evaluation of a checkpoint or a registered model; logged to the training run."""
     from vidtx.stages.evaluate import evaluate_run
@@ -160,7 +166,7 @@ def evaluate(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: Chec
     typer.echo(evaluate_run(load(config, overrides), checkpoint, register=False))
 
 
-@app.command()
+@app.command(cls=reads("register"))
 def register(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: CheckpointOpt = None) -> None:
     """Evaluate, log the model to MLflow, register a version and move the aliases."""
     from vidtx.stages.evaluate import evaluate_run
@@ -168,15 +174,13 @@ def register(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: Chec
     typer.echo(evaluate_run(load(config, overrides), checkpoint, register=True))
 
 
-@app.command()
+@app.command(cls=reads("predict"))
 def predict(
     videos: Annotated[list[str], typer.Argument(help="Videos, folders, CSV lists; here or in a bucket.")],
     model: Annotated[str, typer.Option(help="Registered model URI.")] = "models:/vidtx-xvit-demo@champion",
     tracking_uri: Annotated[str | None, typer.Option(help="MLflow URI (else $MLFLOW_TRACKING_URI).")] = None,
     top_k: Annotated[int | None, typer.Option(help="Classes per video (predict.top_k).")] = None,
-    output: Annotated[
-        str | None, typer.Option(help="Table to write, .parquet or .csv (predict.output).")
-    ] = None,
+    output: Annotated[str | None, typer.Option(help="Table to write (predict.output).")] = None,
     overrides: OverridesOpt = None,
 ) -> None:
     """Top classes with probabilities for videos, from a registered model (the multi-view test of the
@@ -190,7 +194,7 @@ def predict(
         fail(f"{summary.failed} of {summary.videos} videos could not be read", 1)
 
 
-@app.command()
+@app.command(cls=reads("pipeline"))
 def pipeline(
     config: ConfigArg,
     overrides: OverridesOpt = None,
@@ -212,7 +216,7 @@ def models() -> None:
     typer.echo(zoo_table())
 
 
-@app.command()
+@app.command(cls=reads("plan"))
 def plan(
     configs: Annotated[list[Path], typer.Argument(help="Pipeline configs to plan for.", exists=True)],
     overrides: OverridesOpt = None,
@@ -232,8 +236,7 @@ def plan(
 
 
 def main() -> None:
-    # Bad input and unwritable files end in one line (exit 2: config, 1: the rest; --verbose keeps the
-    # traceback); SIGTERM in one line and 143 (128 + 15, as a shell reports it).
+    # Bad input, unwritable files: one line, exit 2 (config) or 1 (--verbose: the traceback); SIGTERM: 143.
     try:
         app()
     except TerminatedError as err:

@@ -47,8 +47,8 @@ class SynthConfig(StrictModel):
     classes: list[str] | None = Field(None, description="Subset of motion classes (None: all).")
     num_frames: int = Field(16, ge=2, description="Frames per video.")
     size: int = Field(64, ge=16, multiple_of=2, description="Frame height and width in pixels (even: H.264).")
-    fps: int = Field(12, ge=1)
-    seed: int = 0
+    fps: int = Field(12, ge=1, description="Frame rate written into the MP4s.")
+    seed: int = Field(0, description="Seeds the generated motions.")
 
 
 class ShardConfig(StrictModel):
@@ -71,7 +71,9 @@ class ShardConfig(StrictModel):
         description="Folder or bucket prefix (s3://, gs://) for SPLIT-NNNNNN.tar and manifests.",
     )
     splits: list[str] | None = Field(None, description="Splits to shard (None: every split in the source).")
-    max_samples_per_shard: int = Field(1000, ge=1, le=1_000_000)
+    max_samples_per_shard: int = Field(
+        1000, ge=1, le=1_000_000, description="Cap on the videos in one shard."
+    )
     max_bytes_per_shard: int = Field(
         1_000_000_000, ge=1_000_000, description="Cap on the source video bytes packed into one shard."
     )
@@ -162,8 +164,8 @@ class DataConfig(StrictModel):
     shards: StorageLocation = Field(
         Path("data/shards"), description="Folder or bucket prefix (s3://, gs://) written by `vidtx shard`."
     )
-    train_split: str = "train"
-    val_split: str = "val"
+    train_split: str = Field("train", description="Split trained on.")
+    val_split: str = Field("val", description="Split of the validation passes.")
     num_frames: int = Field(8, ge=1, description="Frames per clip (T).")
     sampling: SamplingMode = Field("segment", description="segment: SSv2/TSN style; dense: Kinetics style.")
     frame_stride: int = Field(4, ge=1, description="Dense sampling: frames between sampled frames.")
@@ -184,11 +186,15 @@ class DataConfig(StrictModel):
         le=1.0,
         description="Probability of erasing a random box with noise (same box on all frames).",
     )
-    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    mean: tuple[float, float, float] = Field(
+        (0.5, 0.5, 0.5), description="Per-channel mean (RGB, 0-1 scale)."
+    )
+    std: tuple[float, float, float] = Field((0.5, 0.5, 0.5), description="Per-channel std (RGB, 0-1 scale).")
     num_workers: int = Field(1, ge=0, description="DataLoader worker processes per training worker.")
     decode_threads: int = Field(1, ge=0, description="decord threads per reader (0: auto).")
-    shuffle_buffer: int = Field(64, ge=0)
+    shuffle_buffer: int = Field(
+        64, ge=0, description="Samples the training stream is shuffled among (0: no shuffle)."
+    )
     cache_dir: Path | None = Field(
         None, description="Local folder caching shards read from a bucket (None: read the bucket each time)."
     )

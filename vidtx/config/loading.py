@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from vidtx.config.base import ConfigError
+from vidtx.config.fields import nearby
 from vidtx.config.schema import PipelineConfig
 
 ALIAS_EXPANSION_LIMIT = 10_000  # values that aliases may add; a whole config writes out a few hundred
@@ -113,6 +114,10 @@ def _describe(detail: Mapping[str, Any], source: str, overrides: list[str]) -> s
             origin = f"--set {override}"
             break
     message = detail["msg"].removeprefix("Value error, ")
+    if detail["type"] == "extra_forbidden":  # a mistyped key: name the ones it may have meant
+        keys, section = nearby(".".join(loc)), f" {loc[0]}" if len(loc) > 1 else ""
+        message = "no such setting" + (f"; nearby: {', '.join(keys)}" if keys else "")
+        message += f" (every setting: vidtx config fields{section})"
     return f"{origin}: {'.'.join(loc) or '<root>'}: {message}"
 
 

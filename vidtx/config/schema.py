@@ -31,11 +31,11 @@ class EvalConfig(StrictModel):
     checkpoint: str | None = Field(
         None, description="Checkpoint dir or models:/ URI (None: the training result)."
     )
-    split: str = "test"
+    split: str = Field("test", description="The split evaluated (its shards must exist).")
     num_clips: int = Field(1, ge=1, description="Temporal views per video.")
     num_crops: int = Field(3, ge=1, le=3, description="Spatial views per clip (1: centre; 3: 3-crop).")
     ensemble: Ensemble = Field("logits_sum", description="Primary way to combine views (both are reported).")
-    batch_size: int = Field(8, ge=1)
+    batch_size: int = Field(8, ge=1, description="Videos per evaluation batch (each with all its views).")
     num_workers: int = Field(1, ge=1, description="Ray workers for evaluation (1: in one process).")
 
 
@@ -48,11 +48,11 @@ class RegistryConfig(StrictModel):
     an alias.
     """
 
-    model_name: str = "vidtx-xvit"
+    model_name: str = Field("vidtx-xvit", description="MLflow registered model name.")
     metric: str = Field("top1", description="Evaluation metric that decides champion promotion.")
-    greater_is_better: bool = True
-    champion_alias: str = "champion"
-    challenger_alias: str = "challenger"
+    greater_is_better: bool = Field(True, description="Whether a higher `metric` is better.")
+    champion_alias: str = Field("champion", description="Alias of the best version so far.")
+    challenger_alias: str = Field("challenger", description="Alias of the newest version above the floor.")
     min_top1: float | None = Field(
         None,
         ge=0.0,
@@ -74,7 +74,7 @@ class TrackingConfig(StrictModel):
     tracking_uri: str | None = Field(
         None, description="MLflow URI. MLFLOW_TRACKING_URI wins; None: sqlite:///WORKDIR/mlflow.db."
     )
-    experiment: str = "vidtx"
+    experiment: str = Field("vidtx", description="MLflow experiment of the runs.")
     ui_url: str | None = Field(
         None,
         description="MLflow UI base URL for links (None: the tracking URI when it is http(s), "
@@ -128,7 +128,7 @@ class PipelineConfig(StrictModel):
     own sections. `name` labels the run (the default training run name derives from it).
     """
 
-    name: str = "demo"
+    name: str = Field("demo", description="Names the run: the training run name derives from it.")
     workdir: Path = Field(Path("runs"), description="Where local state (MLflow DB, Ray results) lives.")
     synth: SynthConfig | None = Field(None, description="Generate a synthetic dataset first (None: skip).")
     shard: ShardConfig = Field(default_factory=ShardConfig)

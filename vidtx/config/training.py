@@ -47,11 +47,11 @@ class OptimizerConfig(StrictModel):
     SGD uses `momentum` and `nesterov`, AdamW `betas`; both use `lr` and `weight_decay`.
     """
 
-    name: Literal["sgd", "adamw"] = "sgd"
+    name: Literal["sgd", "adamw"] = Field("sgd", description="Optimizer.")
     lr: float = Field(0.05, gt=0, description="Peak learning rate (after warm-up).")
-    momentum: float = Field(0.9, ge=0, lt=1)
-    nesterov: bool = True
-    betas: tuple[float, float] = (0.9, 0.999)
+    momentum: float = Field(0.9, ge=0, lt=1, description="SGD momentum.")
+    nesterov: bool = Field(True, description="SGD: Nesterov momentum.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     weight_decay: float = Field(1e-4, ge=0, description="Not applied to norms, biases and embeddings.")
 
 
@@ -62,7 +62,7 @@ class ScheduleConfig(StrictModel):
     """
 
     warmup_steps: int = Field(0, ge=0, description="Linear warm-up from warmup_start_factor * lr.")
-    warmup_start_factor: float = Field(0.1, gt=0, le=1)
+    warmup_start_factor: float = Field(0.1, gt=0, le=1, description="LR multiplier at step 0 of warm-up.")
     min_lr_ratio: float = Field(0.0, ge=0, le=1, description="Cosine decays to this fraction of lr.")
 
 
@@ -113,8 +113,8 @@ class TrainConfig(StrictModel):
         "storage every node and the submitter reach (a bucket: no shared file system needed).",
     )
     num_workers: int = Field(2, ge=1, description="Ray Train workers (one per GPU on a GPU cluster).")
-    use_gpu: bool = False
-    cpus_per_worker: float = Field(1.0, gt=0)
+    use_gpu: bool = Field(False, description="One GPU per worker (CPU workers use gloo).")
+    cpus_per_worker: float = Field(1.0, gt=0, description="CPUs each worker reserves.")
     placement: Placement = Field(
         "pack",
         description="How Ray places the workers on a cluster (Ray Train's placement_strategy): pack fills "
@@ -128,23 +128,23 @@ class TrainConfig(StrictModel):
     global_batch_size: int | None = Field(
         None, ge=1, description="Clips per optimizer step over all workers (None: no accumulation)."
     )
-    precision: Precision = "bf16"
-    zero_stage: Literal[0, 1, 2, 3] = 1
+    precision: Precision = Field("bf16", description="Mixed precision of the forward/backward (fp32: off).")
+    zero_stage: Literal[0, 1, 2, 3] = Field(1, description="DeepSpeed ZeRO stage.")
     gradient_clipping: float = Field(1.0, ge=0, description="Max global grad norm (0: off).")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    label_smoothing: float = Field(0.0, ge=0, lt=1)
+    label_smoothing: float = Field(0.0, ge=0, lt=1, description="Cross-entropy label smoothing.")
     mixup_alpha: float = Field(0.0, ge=0, description="Mixup Beta(alpha, alpha); 0 turns it off.")
     deepspeed: dict[str, Any] = Field(
         default_factory=dict, description="Deep-merged over the generated DeepSpeed config."
     )
-    log_every: int = Field(10, ge=1)
+    log_every: int = Field(10, ge=1, description="Steps between logged metrics.")
     checkpoint_every: int = Field(50, ge=1, description="Steps between checkpoints (and one at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Latest checkpoints kept besides the best.")
     val_every: int = Field(50, ge=1, description="Steps between validation passes.")
     val_max_batches: int | None = Field(None, ge=1, description="Cap on validation batches per worker.")
     peak_tflops: float | None = Field(None, gt=0, description="Per-device peak for MFU (None: not shown).")
-    seed: int = 0
+    seed: int = Field(0, description="Seeds the weights, the data order, dropout and mixup.")
 
     @property
     def gradient_accumulation_steps(self) -> int:
