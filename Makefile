@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install demo test test-ui lint format bench ui ui-stop serve stack stack-stop demo-stack s3 clean
+.PHONY: install demo test docs test-ui lint format bench ui ui-stop serve stack stack-stop demo-stack s3 clean
 
 install: $(STAMP)
 
@@ -30,7 +30,13 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The docs site (mkdocs.yml, docs/) into runs/site/: --strict fails on any warning, a broken internal
+# link or anchor included; the configuration reference is generated from the schema (docs/hooks/).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # Opt-in browser test of `make ui` / `make ui-stop` (not run by .ci/run: it needs Debian's chromium).
 test-ui: install

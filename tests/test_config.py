@@ -1,4 +1,5 @@
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,3 +209,15 @@ def test_schema_descriptions_have_no_angle_brackets() -> None:
     descriptions = dict(schema_descriptions(PipelineConfig.model_json_schema()))
     assert "/$defs/TrackingConfig/properties/tracking_uri" in descriptions  # the walk reaches fields
     assert not {where: text for where, text in descriptions.items() if "<" in text or ">" in text}
+
+
+def test_the_readme_config_in_ten_lines_is_a_valid_config(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    block = readme.split("## The config in ten lines", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert len(block.splitlines()) <= 10
+    shutil.copytree(root / "configs", tmp_path / "configs")
+    (tmp_path / "configs/experiments/readme.yaml").write_text(block)
+    config = load_config(tmp_path / "configs/experiments/readme.yaml")
+    assert config.model.name == "xvit_b16_8x224"  # from the included fragment
+    assert config.train.storage_path == "s3://my-bucket/ray"
