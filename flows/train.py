@@ -31,12 +31,11 @@ def run_training(config: PipelineConfig) -> TrainResult:
     run_name = config.train.run_name
     progress_id = create_progress_artifact(0.0, description=f"training {run_name}")
 
-    def on_progress(step: int, max_steps: int, metrics: dict[str, float]) -> None:
+    def on_progress(step: int, max_steps: int, metrics: dict[str, float], validation: str | None) -> None:
         update_progress_artifact(progress_id, 100.0 * step / max_steps)
-        shown = {k: v for k, v in metrics.items() if k.startswith(("train/loss", "train/clips", "val/top1"))}
-        logger.info(
-            "step %d/%d %s", step, max_steps, " ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()))
-        )
+        shown = {k: v for k, v in metrics.items() if k.startswith(("train/loss", "train/clips"))}
+        line = f"step {step}/{max_steps} " + " ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()))
+        logger.info(line + (f"; {validation}" if validation else ""))
 
     tags = {FLOW_RUN_TAG: str(flow_run.id), "prefect.flow_run_name": str(flow_run.name)}
     result = train(config, tags=tags, progress=on_progress)

@@ -167,7 +167,7 @@ def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
                 config,
                 run_name="node-lost",
                 tags={"origin": "test"},
-                progress=lambda s, n, m: progress.append(s),
+                progress=lambda s, n, m, v: progress.append(s),
             )
         except BaseException as err:  # re-raised in the test's thread
             outcome["error"] = err

@@ -86,8 +86,10 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     assert any(a.data == 100.0 for a in found["progress"])
     markdown = " ".join(a.data for a in found["markdown"])
     assert "Confusion matrix" in markdown
-    assert "[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1)" in markdown
-    assert f"/runs/{summary.mlflow_run_id})" in markdown
+    # Every MLflow link opens the UI's model-training view (MLflow 3.17 starts a new browser on GenAI).
+    ml_view = "?workflowType=machine_learning"
+    assert f"[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1{ml_view})" in markdown
+    assert f"/runs/{summary.mlflow_run_id}{ml_view})" in markdown
     assert render_summary(summary).splitlines()[0].startswith("video-pipeline demo finished: test top-1")
     assert f"flow-run, MLflow run {summary.mlflow_run_id} -> {summary.mlflow_run_url}" in render_summary(
         summary
@@ -96,7 +98,8 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     # Lineage: the train-model flow's table, and the same table plus the model version in the summary.
     flow_run_id = run.data.tags["prefect.flow_run_id"]
     prefect_ui = PREFECT_API_URL.value().removesuffix("/api")  # the test harness's server
-    mlflow_run = f"[{summary.mlflow_run_id}](http://127.0.0.1:5000/#/runs/{summary.mlflow_run_id})"
+    run_page = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{summary.mlflow_run_id}"
+    mlflow_run = f"[{summary.mlflow_run_id}]({run_page}{ml_view})"
     lineage = [
         f"| Prefect flow run | [{flow_run_id}]({prefect_ui}/runs/flow-run/{flow_run_id}) |",
         f"| data manifest (train) | `{summary.splits['train'].content_hash}` |",
@@ -105,7 +108,7 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     ]
     assert latest_artifact("lineage").data.splitlines()[2:] == lineage
     pipeline_summary = latest_artifact("pipeline-summary").data
-    model_version = "[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1)"
+    model_version = f"[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1{ml_view})"
     assert pipeline_summary.splitlines()[-5:] == [*lineage, f"| model version | {model_version} |"]
     assert f"- training run: flow-run, MLflow run {mlflow_run}" in pipeline_summary.splitlines()
     shards = latest_artifact("shards").description
@@ -134,6 +137,8 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
         "[4/4] register-model: flow-model",
     ]
     assert any("vidtx.train.progress: step 9: validation top-1" in line for line in console)
+    # The flow run's own log (Prefect's logger, also in the file) carries the validation figures too.
+    assert re.search(r"step 9/9 train/clips.*; step 9: validation top-1 \d\.\d{3}, top-5", in_file)
     record = re.compile(r"\d\d:\d\d:\d\d \w+ +(\w+)[\w.]*: ")
     assert {match[1] for line in console if (match := record.match(line))} == {"vidtx", "flows"}
     assert not any("Traceback" in line or "HTTP Request" in line for line in console)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ from mlflow import MlflowClient
 from ui_stack import Stack, listening, started_stack, ui_sh
 
 from vidtx.config import PipelineConfig
+from vidtx.tracking.links import experiment_link
+from vidtx.tracking.runs import connect, resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("VIDTX_CHROMIUM") or shutil.which("chromium")
@@ -81,6 +84,14 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
         expect(page.get_by_text("Completed").first).to_be_visible(timeout=60_000)
         page.goto(f"{stack.mlflow_url}/#/models/vidtx-ui-test")
         expect(page.get_by_text("champion").first).to_be_visible(timeout=60_000)
+        # vidtx's link to the experiment, in a fresh profile: the model-training view (the runs and the
+        # registry), not MLflow's GenAI overview, which a new browser otherwise starts on.
+        config.tracking.ui_url = stack.mlflow_url
+        experiment = connect(resolve_tracking_uri(config)).get_experiment_by_name(config.tracking.experiment)
+        fresh = browser.new_page()
+        fresh.goto(experiment_link(config, experiment.experiment_id))
+        expect(fresh).to_have_url(re.compile(r"/runs\?workflowType=machine_learning"), timeout=60_000)
+        expect(fresh.get_by_text("Model registry").first).to_be_visible(timeout=60_000)
         browser.close()
 
     started = stack.processes()

@@ -16,7 +16,8 @@ from vidtx.tracking.runs import last_logged_step
 
 logger = logging.getLogger(__name__)
 
-ProgressCallback = Callable[[int, int, dict[str, float]], None]  # (step, max_steps, latest metrics)
+# (step, max_steps, latest metrics, the line of a validation result new since the last call, else None)
+ProgressCallback = Callable[[int, int, dict[str, float], str | None], None]
 VALIDATION_METRIC = "val/top1"
 
 
@@ -29,7 +30,7 @@ def follow_progress(
     interval: float = 5.0,
 ) -> Iterator[None]:
     """While the body runs, poll the MLflow run: on news, move a progress bar (on a terminal), log one
-    line per new validation result and call `progress(step, max_steps, metrics)`.
+    line per new validation result and call `progress(step, max_steps, metrics, validation line)`.
 
     The poll runs on a daemon thread that carries the caller's context variables (so a Prefect task
     can update its artifacts from it); a failing poll or callback never breaks training.
@@ -45,9 +46,11 @@ def follow_progress(
                 if step > reported:
                     metrics = dict(client.get_run(run_id).data.metrics)
                     show(step, f"loss {metrics[STEP_METRIC]:.3f}" if STEP_METRIC in metrics else "")
-                    validated = _log_validation(client, run_id, validated, metrics)
+                    validated, line = _new_validation(client, run_id, validated, metrics)
+                    if line is not None:
+                        logger.info(line)
                     if progress is not None:
-                        progress(step, max_steps, metrics)
+                        progress(step, max_steps, metrics, line)
                     reported = step
             except Exception:
                 logger.debug("progress poll failed", exc_info=True)
@@ -64,15 +67,15 @@ def follow_progress(
             thread.join(timeout=60)
 
 
-def _log_validation(client: MlflowClient, run_id: str, validated: int, metrics: dict[str, float]) -> int:
-    """Log the latest validation if it is newer than step `validated`; returns its step."""
+def _new_validation(
+    client: MlflowClient, run_id: str, validated: int, metrics: dict[str, float]
+) -> tuple[int, str | None]:
+    """The step of the latest validation, and its line when it is newer than step `validated`."""
     step = last_logged_step(client, run_id, VALIDATION_METRIC)
-    if step > validated:
-        logger.info(
-            "step %d: validation top-1 %.3f, top-5 %.3f, loss %.3f",
-            step,
-            metrics[VALIDATION_METRIC],
-            metrics.get("val/top5", float("nan")),
-            metrics.get("val/loss", float("nan")),
-        )
-    return step
+    if step <= validated:
+        return step, None
+    top5, loss = metrics.get("val/top5", float("nan")), metrics.get("val/loss", float("nan"))
+    return (
+        step,
+        f"step {step}: validation top-1 {metrics[VALIDATION_METRIC]:.3f}, top-5 {top5:.3f}, loss {loss:.3f}",
+    )
