@@ -85,7 +85,8 @@ def section_summary(section: str) -> str:
 
 def _summary(model: type[BaseModel] | None) -> str:
     first_line = (model.__doc__ or "").strip().splitlines()[0] if model else ""
-    return first_line.split(": ", 1)[1] if first_line.startswith("`") else first_line
+    summary = first_line.split(": ", 1)[1] if first_line.startswith("`") else first_line
+    return summary[:1].upper() + summary[1:]
 
 
 def nearby(key: str) -> list[str]:
