@@ -40,7 +40,7 @@ def evaluation_markdown(config: PipelineConfig, trained: TrainedRun, result: Eva
         )
         lines += [
             "",
-            f"- [MLflow run]({run_link(config, trained.mlflow_run_id)})",
+            f"- [MLflow run]({run_link(config, trained.experiment_id, trained.mlflow_run_id)})",
             f"- [Confusion matrix]({confusion})",
         ]
     return "\n".join(lines)

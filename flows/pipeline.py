@@ -17,7 +17,8 @@ from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.model_factory import check_model_config
 from vidtx.shard.synthetic import frame_order_verdict
-from vidtx.tracking.links import LOCAL_MLFLOW_UI, mlflow_ui, model_version_link, run_link
+from vidtx.tracking.lineage import run_lineage
+from vidtx.tracking.links import LOCAL_MLFLOW_UI, mlflow_ui, model_version_link
 from vidtx.tracking.model_registry import ModelVersionInfo
 from vidtx.train.splits import evaluation_split
 
@@ -135,7 +136,7 @@ def video_pipeline(config: PipelineConfig) -> PipelineResult:
         splits=splits,
         run_name=trained.run_name,
         mlflow_run_id=trained.mlflow_run_id,
-        mlflow_run_url=run_link(config, trained.mlflow_run_id),
+        mlflow_run_url=run_lineage(config, trained.mlflow_run_id).mlflow_run_url,
         mlflow_ui=mlflow_ui(config),
         checkpoint=checkpoint,
         eval_split=evaluation.split,

@@ -9,7 +9,6 @@ import typer
 from typer.testing import CliRunner
 
 from vidtx.cli import app
-from vidtx.cli_help import _kind
 from vidtx.config import load_config
 from vidtx.config.base import ConfigError
 from vidtx.config.fields import COMMAND_SECTIONS, SECTIONS, settings
@@ -55,7 +54,7 @@ def test_every_command_that_takes_set_lists_the_settings_it_reads(name: str) -> 
     assert expected
     assert listed_settings(text.split("Settings it reads")[1]) == [setting.key for setting in expected]
     for setting in expected:
-        cells = rf"│ {re.escape(setting.key)}\s+{re.escape(_kind(setting))}\s+{re.escape(setting.default)}\s"
+        cells = rf"│ {re.escape(setting.key)}\s+{re.escape(setting.kind)}\s+{re.escape(setting.default)}\s"
         assert re.search(cells, text), f"{name}: {setting.key} row"
 
 

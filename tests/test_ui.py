@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 from ui_stack import Stack, listening, started_stack, ui_sh
 
 from vidtx.config import PipelineConfig
-from vidtx.tracking.links import experiment_link
+from vidtx.tracking.links import run_link
 from vidtx.tracking.runs import connect, resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,13 +84,17 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
         expect(page.get_by_text("Completed").first).to_be_visible(timeout=60_000)
         page.goto(f"{stack.mlflow_url}/#/models/vidtx-ui-test")
         expect(page.get_by_text("champion").first).to_be_visible(timeout=60_000)
-        # vidtx's link to the experiment, in a fresh profile: the model-training view (the runs and the
-        # registry), not MLflow's GenAI overview, which a new browser otherwise starts on.
+        # vidtx's link to the training run, in a fresh profile: the model-training view (the registry
+        # shown), not MLflow's GenAI view, which a new browser otherwise starts on.
         config.tracking.ui_url = stack.mlflow_url
-        experiment = connect(resolve_tracking_uri(config)).get_experiment_by_name(config.tracking.experiment)
+        client = connect(resolve_tracking_uri(config))
+        experiment = client.get_experiment_by_name(config.tracking.experiment)
+        (trained,) = client.search_runs([experiment.experiment_id])  # the pipeline's training run
         fresh = browser.new_page()
-        fresh.goto(experiment_link(config, experiment.experiment_id))
-        expect(fresh).to_have_url(re.compile(r"/runs\?workflowType=machine_learning"), timeout=60_000)
+        fresh.goto(run_link(config, experiment.experiment_id, trained.info.run_id))
+        expect(fresh).to_have_url(
+            re.compile(rf"/runs/{trained.info.run_id}\?workflowType=machine_learning"), timeout=60_000
+        )
         expect(fresh.get_by_text("Model registry").first).to_be_visible(timeout=60_000)
         browser.close()
 

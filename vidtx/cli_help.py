@@ -16,13 +16,6 @@ from typer.core import TyperCommand
 from vidtx.config.fields import COMMAND_SECTIONS, Setting, section_summary, settings
 
 
-def _kind(setting: Setting) -> str:
-    """The choices a setting allows (`folder|kinetics|ssv2|csv`), else its type."""
-    if not setting.choices:
-        return setting.type
-    return "|".join(setting.choices) + (" | None" if setting.type.endswith("| None") else "")
-
-
 def settings_table(rows: Iterable[Setting]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold", expand=True)
     table.add_column("setting", style="bold cyan", no_wrap=True)
@@ -30,7 +23,7 @@ def settings_table(rows: Iterable[Setting]) -> Table:
     table.add_column("default", overflow="fold")
     table.add_column("description", ratio=1)
     for row in rows:
-        table.add_row(*map(escape, (row.key, _kind(row), row.default, row.description)))
+        table.add_row(*map(escape, (row.key, row.kind, row.default, row.description)))
     return table
 
 

@@ -24,7 +24,7 @@ def _cell(text: str) -> str:
 
 def _settings_table(section: str) -> str:
     rows = [
-        f"| `{s.key}` | {_cell(' | '.join(s.choices) or s.type)} | `{_cell(s.default)}` | {_cell(s.description)} |"
+        f"| `{s.key}` | {_cell(s.kind)} | `{_cell(s.default)}` | {_cell(s.description)} |"
         for s in settings([section])
     ]
     header = "| setting | type or choices | default | description |\n|---|---|---|---|"

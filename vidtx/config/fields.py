@@ -62,6 +62,13 @@ class Setting:
     description: str
 
     @property
+    def kind(self) -> str:
+        """The choices the setting allows (`folder|kinetics|ssv2|csv`), else its type."""
+        if not self.choices:
+            return self.type
+        return "|".join(self.choices) + (" | None" if self.type.endswith("| None") else "")
+
+    @property
     def section(self) -> str:
         if "." in self.key or self.key in SECTIONS:  # `synth`: the optional section itself
             return self.key.partition(".")[0]

@@ -32,10 +32,11 @@ class RunLineage:
 
 def run_lineage(config: PipelineConfig, run_id: str) -> RunLineage:
     """Read the lineage tags of MLflow run `run_id` from the config's tracking store."""
-    tags = connect(resolve_tracking_uri(config)).get_run(run_id).data.tags
+    run = connect(resolve_tracking_uri(config)).get_run(run_id)
+    tags = run.data.tags
     return RunLineage(
         mlflow_run_id=run_id,
-        mlflow_run_url=run_link(config, run_id),
+        mlflow_run_url=run_link(config, run.info.experiment_id, run_id),
         manifest_hash=tags.get(MANIFEST_HASH_TAG),
         git_commit=tags.get(MLFLOW_GIT_COMMIT),
         flow_run_id=tags.get(FLOW_RUN_TAG),

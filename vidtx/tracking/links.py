@@ -10,7 +10,7 @@ goes through the experiment's route: `#/runs/<id>` redirects and drops the param
 from __future__ import annotations
 
 from vidtx.config import PipelineConfig
-from vidtx.tracking.runs import connect, resolve_tracking_uri
+from vidtx.tracking.runs import resolve_tracking_uri
 
 LOCAL_MLFLOW_UI = "http://127.0.0.1:5000"  # where `make ui` serves the MLflow UI
 WORKFLOW = "workflowType=machine_learning"  # the UI's model-training view (runs, models, registry)
@@ -24,14 +24,8 @@ def mlflow_ui(config: PipelineConfig) -> str:
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_MLFLOW_UI
 
 
-def experiment_link(config: PipelineConfig, experiment_id: str) -> str:
-    """The experiment's runs, in the model-training view."""
-    return f"{mlflow_ui(config)}/#/experiments/{experiment_id}?{WORKFLOW}"
-
-
-def run_link(config: PipelineConfig, run_id: str) -> str:
-    """The run's page (its experiment looked up in the tracking store)."""
-    experiment_id = connect(resolve_tracking_uri(config)).get_run(run_id).info.experiment_id
+def run_link(config: PipelineConfig, experiment_id: str, run_id: str) -> str:
+    """The run's page."""
     return f"{mlflow_ui(config)}/#/experiments/{experiment_id}/runs/{run_id}?{WORKFLOW}"
 
 
