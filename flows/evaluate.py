@@ -7,6 +7,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from vidtx import storage
 from vidtx.config import PipelineConfig
+from vidtx.config.sections import sections_config
 from vidtx.eval.evaluate import EvalResult
 from vidtx.eval.report import render_results
 from vidtx.stages.evaluate import evaluate_trained
@@ -14,6 +15,17 @@ from vidtx.stages.register import register_trained
 from vidtx.stages.trained_model import TrainedRun, find_trained_run
 from vidtx.tracking.links import artifact_link, model_version_link, run_link
 from vidtx.tracking.model_registry import ModelVersionInfo
+
+EvaluateModelConfig = sections_config(
+    "evaluate",
+    "EvaluateModelConfig",
+    "Multi-view evaluation of a trained model: which one, on which split, how.",
+)
+RegisterModelConfig = sections_config(
+    "register",
+    "RegisterModelConfig",
+    "A trained model into the MLflow Model Registry: evaluated, registered, its aliases moved.",
+)
 
 
 @task(retries=2, retry_delay_seconds=10)
@@ -47,9 +59,10 @@ def evaluation_markdown(config: PipelineConfig, trained: TrainedRun, result: Eva
 
 
 @flow(name="evaluate-model", log_prints=True)
-def evaluate_model(config: PipelineConfig, checkpoint: str | None = None) -> EvalResult:
+def evaluate_model(config: EvaluateModelConfig, checkpoint: str | None = None) -> EvalResult:
     """Evaluate `checkpoint` (default: the best checkpoint of `train.run_name`) on `eval.split`."""
     storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
+    config = config.pipeline()
     trained = find_trained(config, checkpoint)
     result = run_evaluation(config, trained)
     create_markdown_artifact(
@@ -60,11 +73,12 @@ def evaluate_model(config: PipelineConfig, checkpoint: str | None = None) -> Eva
 
 @flow(name="register-model", log_prints=True)
 def register_model(
-    config: PipelineConfig, checkpoint: str | None = None, evaluation: EvalResult | None = None
+    config: RegisterModelConfig, checkpoint: str | None = None, evaluation: EvalResult | None = None
 ) -> ModelVersionInfo:
     """Register the model of `checkpoint` (default: the best of `train.run_name`); evaluates it first
     unless `evaluation` is given. `champion` moves only to a version that beats it on the same split."""
     storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
+    config = config.pipeline()
     trained = find_trained(config, checkpoint)
     result = evaluation or run_evaluation(config, trained)
     version = register_trained(config, trained, result)

@@ -7,14 +7,17 @@ from collections.abc import Callable
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact
+from prefect.client.schemas.objects import State
 from pydantic import BaseModel
 
-from flows.evaluate import evaluate_model, register_model
+from flows.cancellation import cancelled
+from flows.evaluate import EvaluateModelConfig, RegisterModelConfig, evaluate_model, register_model
 from flows.lineage import LOCAL_PREFECT_UI, lineage_table, prefect_ui
 from flows.shard import ShardedSplit, shard_dataset
-from flows.train import named_run, train_model
+from flows.train import TrainModelConfig, named_run, train_model
 from vidtx import storage
 from vidtx.config import PipelineConfig
+from vidtx.config.sections import sections_config
 from vidtx.model_factory import check_model_config
 from vidtx.shard.synthetic import frame_order_verdict
 from vidtx.tracking.lineage import run_lineage
@@ -23,6 +26,12 @@ from vidtx.tracking.model_registry import ModelVersionInfo
 from vidtx.train.splits import evaluation_split
 
 logger = logging.getLogger("flows.pipeline")  # also when run as __main__ (python -m flows.pipeline)
+
+VideoPipelineConfig = sections_config(
+    "pipeline",
+    "VideoPipelineConfig",
+    "The whole pipeline: synthesise (optional), shard, train, evaluate, register.",
+)
 
 
 class PipelineResult(BaseModel):
@@ -111,25 +120,29 @@ def stage(number: int, name: str, what: str) -> None:
 
 
 @flow(name="video-pipeline", log_prints=True)
-def video_pipeline(config: PipelineConfig) -> PipelineResult:
+def video_pipeline(config: VideoPipelineConfig) -> PipelineResult | State:
     """The whole pipeline. Training reads the shards this run writes (`data.shards` is set to
-    `shard.output`), and the training run is named after this flow run unless `train.run_name` is set."""
+    `shard.output`), and the training run is named after this flow run unless `train.run_name` is set.
+    Each stage's flow is given the sections it reads."""
     storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
+    config = named_run(config.pipeline())
     check_model_config(config)  # a model that cannot be built fails before any sharding
-    config = named_run(config)
     config.data.shards = config.shard.output
 
     stage(1, "shard-dataset", f"{config.shard.source} -> {config.shard.output}")
-    splits = shard_dataset(config.shard, config.synth)
+    splits = shard_dataset(config.shard, config.synth, config.storage)
     split = evaluation_split(config).split  # a split the shards lack fails now, not after the training
     train = config.train
     stage(2, "train-model", f"{train.run_name}: {train.num_workers} workers, {train.max_steps} steps")
-    trained = train_model(config)
+    training = train_model(TrainModelConfig.model_validate(config), return_state=True)
+    if training.is_cancelled():
+        return cancelled(training.message or "training cancelled")
+    trained = training.result()
     checkpoint = trained.best_checkpoint or trained.checkpoint
     stage(3, "evaluate-model", f"{split} split, {config.eval.num_clips}x{config.eval.num_crops} views")
-    evaluation = evaluate_model(config, checkpoint)
+    evaluation = evaluate_model(EvaluateModelConfig.model_validate(config), checkpoint)
     stage(4, "register-model", config.registry.model_name)
-    version = register_model(config, checkpoint, evaluation)
+    version = register_model(RegisterModelConfig.model_validate(config), checkpoint, evaluation)
     metrics = evaluation.metrics()
     result = PipelineResult(
         name=config.name,

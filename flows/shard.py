@@ -17,13 +17,14 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner
 from pydantic import BaseModel
 
-from vidtx.config import ShardConfig, SynthConfig
+from vidtx.config import ShardConfig, StorageConfig, SynthConfig
 from vidtx.log import setup_logging, track
 from vidtx.manifest import Manifest, manifest_path
 from vidtx.shard.job import plan_dataset, write_on_ray
 from vidtx.shard.plan import ShardSpec
 from vidtx.shard.synthetic import generate_dataset
 from vidtx.shard.writer import ShardResult, finalize_split, write_shard
+from vidtx.storage import configure as configure_storage
 
 
 class ShardedSplit(BaseModel):
@@ -122,11 +123,16 @@ def publish(manifests: dict[str, Manifest], results: list[ShardResult]) -> None:
     task_runner=ProcessPoolTaskRunner(initializer=_task_process_logging),
     log_prints=True,
 )
-def shard_dataset(shard: ShardConfig, synth: SynthConfig | None = None) -> dict[str, ShardedSplit]:
-    """Shard `shard.source` into WebDataset tars in `shard.output` (generating `synth` first when set).
+def shard_dataset(
+    shard: ShardConfig, synth: SynthConfig | None = None, storage: StorageConfig | None = None
+) -> dict[str, ShardedSplit]:
+    """Shard `shard.source` into WebDataset tars in `shard.output` (generating `synth` first when set;
+    `storage`: the S3 endpoint and region of s3:// locations, when not the environment's).
 
     Returns per split the manifest path, content hash, sample and reject counts.
     """
+    if storage is not None:  # before any s3:// location, and before the writers' processes start
+        configure_storage(storage.endpoint_url, storage.region)
     if synth is not None:
         synthesize(synth)
     specs = plan(shard)

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.client.schemas.objects import State
 from prefect.runtime import flow_run
 
+from flows.cancellation import cancellable, cancelled
 from flows.lineage import lineage_table
 from vidtx import storage
 from vidtx.config import PipelineConfig
+from vidtx.config.sections import sections_config
 from vidtx.tracking.lineage import FLOW_RUN_TAG
 from vidtx.train.launcher import train
 from vidtx.train.payload import TrainResult
+
+TrainModelConfig = sections_config(
+    "train",
+    "TrainModelConfig",
+    "One training run: the shards it reads, the model, how it trains, where it logs.",
+)
 
 
 def named_run(config: PipelineConfig) -> PipelineConfig:
@@ -26,6 +35,7 @@ def named_run(config: PipelineConfig) -> PipelineConfig:
 
 
 @task(retries=0)  # a retry would repeat expensive work; the flow run's own retry resumes instead
+@cancellable
 def run_training(config: PipelineConfig) -> TrainResult:
     logger = get_run_logger()
     run_name = config.train.run_name
@@ -44,12 +54,17 @@ def run_training(config: PipelineConfig) -> TrainResult:
 
 
 @flow(name="train-model", retries=1, retry_delay_seconds=30, log_prints=True)
-def train_model(config: PipelineConfig) -> TrainResult:
-    """Train `config` on Ray (a local instance, or the cluster at RAY_ADDRESS / train.cluster.address)."""
+def train_model(config: TrainModelConfig) -> TrainResult | State:
+    """Train `config` on Ray (a local instance, or the cluster at RAY_ADDRESS / train.cluster.address).
+    A cancel stops the training and ends the run Cancelled (flows.cancellation)."""
     storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
-    result = run_training(named_run(config))
+    run_config = named_run(config.pipeline())
+    training = run_training(run_config, return_state=True)
+    if training.is_cancelled():
+        return cancelled(training.message or "training cancelled")
+    result = training.result()
     create_markdown_artifact(
-        lineage_table(config, result.mlflow_run_id),
+        lineage_table(run_config, result.mlflow_run_id),
         key="lineage",
         description=f"Lineage of training run {result.run_name}",
     )

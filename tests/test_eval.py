@@ -124,6 +124,9 @@ def test_evaluation_matches_a_per_video_loop(trained_run: tuple, tmp_path: Path)
     run = client.get_run(result.mlflow_run_id)
     assert run.data.metrics["eval/val/top1"] == pytest.approx(metrics["top1"])
     assert run.data.metrics["eval/val/prob_mean/top1"] == pytest.approx(metrics["prob_mean/top1"])
+    assert "eval/val/skipped" not in run.data.metrics  # counts are tags: no one-bar chart of them
+    assert run.data.tags["vidtx.eval.val.videos"] == str(evaluation.num_videos)
+    assert run.data.tags["vidtx.eval.val.skipped"] == "0"
     logged = {info.path for info in client.list_artifacts(result.mlflow_run_id, "eval/val")}
     assert set(artifacts.values()) <= logged
     png = Path(client.download_artifacts(result.mlflow_run_id, artifacts["confusion_matrix"], str(tmp_path)))

@@ -25,7 +25,7 @@ from prefect.settings import PREFECT_API_URL
 from rich.console import Console
 
 from flows.pipeline import PipelineResult
-from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
+from vidtx.config import ConfigError, PipelineConfig, dump_config, fields, load_config
 from vidtx.serving.classifier import OUTPUT_COLUMNS
 from vidtx.tracking.runs import mlflow_uris
 
@@ -179,7 +179,7 @@ def test_video_pipeline_checks_the_model_and_the_evaluation_split_before_trainin
     assert not (tmp_path / "ray").exists()  # before any training
 
 
-def test_deployments_validate_and_expose_the_config_form() -> None:
+def test_deployments_validate_and_each_form_shows_the_sections_its_flow_reads() -> None:
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     deployments = spec["deployments"]
     flows = (
@@ -192,14 +192,42 @@ def test_deployments_validate_and_expose_the_config_form() -> None:
     )
     targets = {(d["entrypoint"].split(":")[1], d["work_pool"]["name"]) for d in deployments}
     assert {(flow, pool) for flow in flows for pool in ("vidtx-process", "vidtx-kubernetes")} <= targets
+    reads = {"train-model": "train", "evaluate-model": "evaluate", "register-model": "register"}
+    reads["video-pipeline"] = "pipeline"
     for deployment in deployments:
         flow = load_flow_from_entrypoint(str(ROOT / deployment["entrypoint"]))
         flow.validate_parameters(deployment.get("parameters") or {})
         schema = flow.parameters.model_dump()
-        if "config" in schema["properties"]:
-            config_schema = schema["definitions"]["PipelineConfig"]["properties"]
-            assert {"data", "model", "train", "eval", "registry"} <= set(config_schema)
-            assert "zero_stage" in schema["definitions"]["TrainConfig"]["properties"]
+        if flow.name not in reads:
+            continue
+        form = schema["definitions"][schema["properties"]["config"]["$ref"].rpartition("/")[2]]
+        sections = fields.COMMAND_SECTIONS[reads[flow.name]]
+        assert set(form["properties"]) == {s for s in sections if s != fields.ROOT} | {"name", "workdir"}
+        assert "zero_stage" in schema["definitions"]["TrainConfig"]["properties"]
+        assert form["description"].startswith(
+            ("One training run", "Multi-view", "A trained model", "The whole")
+        )
+        # every section the flow reads is given but storage (the environment's) and synth (optional)
+        assert set(form["properties"]) - set(deployment["parameters"]["config"]) <= {"storage", "synth"}
+    train_form = load_flow_from_entrypoint(str(ROOT / "flows/train.py:train_model")).parameters.model_dump()
+    assert {"synth", "shard", "eval", "registry", "predict"}.isdisjoint(
+        train_form["definitions"]["TrainModelConfig"]["properties"]
+    )
+    assert "whole pipeline" not in train_form["definitions"]["TrainModelConfig"]["description"]
+
+
+def test_a_flow_given_the_whole_config_takes_the_sections_it_reads(tmp_path: Path) -> None:
+    """video-pipeline hands each stage's flow a PipelineConfig: its sections pass, the rest stays out."""
+    from flows.evaluate import register_model
+
+    config = pipeline_config(tmp_path)
+    validated = register_model.validate_parameters({"config": config})["config"]
+    assert validated.train == config.train
+    assert validated.registry == config.registry
+    assert not hasattr(validated, "shard")
+    assert validated.pipeline().shard == PipelineConfig().shard  # not read: its default
+    with pytest.raises(Exception, match="shard"):
+        register_model.validate_parameters({"config": config.model_dump(mode="json")})
 
 
 def test_nightly_schedules_are_deployed_inactive() -> None:

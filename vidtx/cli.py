@@ -18,7 +18,7 @@ from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
 from vidtx.env import apply_defaults
 from vidtx.files import one_line
 from vidtx.log import setup_logging
-from vidtx.processes import TerminatedError
+from vidtx.processes import TerminatedError, what_stopped
 
 app = typer.Typer(
     name="vidtx",
@@ -240,7 +240,7 @@ def main() -> None:
     try:
         app()
     except TerminatedError as err:
-        typer.echo(f"{err}; run the same command again to resume", err=True)
+        typer.echo(f"{what_stopped(err)}; run the same command again to resume", err=True)
         sys.exit(143)
     except (ConfigError, ValueError, OSError) as err:
         if logging.getLogger().level <= logging.DEBUG:

@@ -48,6 +48,16 @@ def stopped_from_outside(err: BaseException) -> bool:
     return isinstance(err, TerminatedError) or not isinstance(err, Exception)
 
 
+def what_stopped(err: BaseException) -> str:
+    """What the stopped work said it left behind, for the one line a person reads about the stop.
+
+    The work adds it to the exception as a note on the way up (`training demo-1 stopped: Ray shut
+    down, MLflow run ... ended KILLED`), so the exception keeps its type: Prefect's engine must still
+    see its own `TerminationSignal`. Without a note: the exception's text (`stopped by SIGTERM`)."""
+    notes = getattr(err, "__notes__", None)
+    return notes[-1] if notes else str(err) or type(err).__name__
+
+
 def _exit_with_parent(parent: BaseProcess) -> None:
     """Wait for `parent` to exit, then SIGKILL this process's children and exit at once."""
     wait([parent.sentinel])

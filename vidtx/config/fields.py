@@ -48,7 +48,7 @@ COMMAND_SECTIONS: dict[str, tuple[str, ...]] = {
     "evaluate": (*_RUN, "data", "model", "train", "eval"),
     "register": (*_RUN, "data", "model", "train", "eval", "registry"),
     "predict": ("predict", "eval", "storage"),
-    "pipeline": SECTIONS,
+    "pipeline": tuple(section for section in SECTIONS if section != "predict"),
     "plan": ("data", "model", "train"),
 }
 

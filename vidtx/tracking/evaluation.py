@@ -12,17 +12,26 @@ from mlflow.entities import Metric
 from vidtx.eval.evaluate import EvalResult
 from vidtx.eval.report import confusion_figure, per_class_rows, write_csv
 
+# How many videos were evaluated and skipped say what was measured, not how well: tags, so that MLflow
+# draws no single-value bar chart of them among the metrics (a newcomer met `skipped 0.00` first).
+COUNTS = ("videos", "skipped")
+
 
 def log_evaluation(client: MlflowClient, run_id: str, result: EvalResult) -> dict[str, str]:
     """Log `result` under `eval/<split>/…`; returns the artifact paths (relative to the run)."""
     prefix = f"eval/{result.split}"
     timestamp = int(time.time() * 1000)
-    metrics = [Metric(f"{prefix}/{name}", value, timestamp, 0) for name, value in result.metrics().items()]
+    metrics = [
+        Metric(f"{prefix}/{name}", value, timestamp, 0)
+        for name, value in result.metrics().items()
+        if name not in COUNTS
+    ]
     client.log_batch(run_id, metrics=metrics)
     for key, value in {
         "views": result.views,
         "ensemble": result.primary,
         "manifest_hash": result.manifest_hash,
+        **{count: f"{result.metrics()[count]:.0f}" for count in COUNTS},
     }.items():
         client.set_tag(run_id, f"vidtx.{prefix}.{key}".replace("/", "."), value)
 

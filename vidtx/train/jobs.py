@@ -61,8 +61,15 @@ def submit_training_job(
     # the job writes its result there, so both sides must mean the same place
     in_cluster.train.storage_path = storage_location(config.train.storage_path)
     job_id = _live_job(client, run_name) or _submit_run(client, config, in_cluster, tags)
-    with sigterm_raises(), follow_progress(mlflow, run_id, config.train.max_steps, progress):
-        logs = _wait(client, job_id, echo=config.train.cluster.follow_logs)
+    try:
+        with sigterm_raises(), follow_progress(mlflow, run_id, config.train.max_steps, progress):
+            logs = _wait(client, job_id, echo=config.train.cluster.follow_logs)
+    except BaseException as err:
+        if stopped_from_outside(err):  # _wait stopped the job, whose own launcher ends the run KILLED
+            err.add_note(
+                f"training {run_name} stopped: Ray Job {job_id} stopped, MLflow run {run_id} ends KILLED"
+            )
+        raise
     status = client.get_job_status(job_id)
     if status != JobStatus.SUCCEEDED:
         message = client.get_job_info(job_id).message or ""

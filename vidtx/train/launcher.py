@@ -107,7 +107,14 @@ def _train_on_ray(
             with follow_progress(client, run_id, train_cfg.max_steps, progress):
                 result = _fit(trainer)
     except BaseException as err:  # stopped from outside (SIGTERM, Ctrl-C, a Prefect cancellation): KILLED
-        client.set_terminated(run_id, status="KILLED" if stopped_from_outside(err) else "FAILED")
+        stopped = stopped_from_outside(err)
+        client.set_terminated(run_id, status="KILLED" if stopped else "FAILED")
+        if stopped:
+            ray_state = "Ray shut down" if not ray.is_initialized() else "Ray left running (not started here)"
+            err.add_note(
+                f"training {run_name} stopped: {ray_state}, MLflow run {run_id} ended KILLED, "
+                f"checkpoints kept in {storage_path}/{run_name}"
+            )
         raise
     best = result.best_checkpoints[-1][0] if result.best_checkpoints else None
     for tag, checkpoint in {CHECKPOINT_TAG: result.checkpoint, BEST_CHECKPOINT_TAG: best}.items():
