@@ -71,7 +71,8 @@ def test_cancelling_the_pipeline_while_it_trains_ends_every_run_cancelled_with_v
         f"training {config.name}-{pipeline.id} stopped: Ray shut down, MLflow run {mlflow_run.info.run_id} "
         f"ended KILLED, checkpoints kept in "
     )
-    assert training.message.startswith(stopped), training.message
+    # its message is vidtx's line, unless the server's clean-up of the cancelled run got there first
+    assert training.message.startswith(stopped) or training.message == "The parent flow run was cancelled."
     assert mlflow_run.info.status == "KILLED"
     assert not leftover_ray
     # the pipeline's own log: vidtx's line is the last but Prefect's account of the cancel

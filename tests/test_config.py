@@ -221,3 +221,31 @@ def test_the_readme_config_in_ten_lines_is_a_valid_config(tmp_path: Path) -> Non
     config = load_config(tmp_path / "configs/experiments/readme.yaml")
     assert config.model.name == "xvit_b16_8x224"  # from the included fragment
     assert config.train.storage_path == "s3://my-bucket/ray"
+
+
+def test_a_sections_config_holds_the_sections_its_command_reads_and_gives_back_a_whole_config() -> None:
+    from pydantic import ValidationError
+
+    from vidtx.config.sections import sections_config
+
+    evaluate = sections_config("evaluate", "EvaluateOnly", "Evaluation.")
+    assert list(evaluate.model_fields) == [
+        "name",
+        "workdir",
+        "data",
+        "model",
+        "train",
+        "eval",
+        "tracking",
+        "storage",
+    ]
+    assert evaluate.model_fields["train"].description == PipelineConfig.model_fields["train"].description
+    assert evaluate.__doc__.startswith("Evaluation.\n\nWhat it reads: name, workdir, data")
+    whole = load_config(None, ["eval.split=val", "train.run_name=r1", "shard.output=elsewhere"])
+    sections = evaluate.model_validate(whole)  # from a whole config: its sections, the rest left out
+    assert (sections.eval.split, sections.train.run_name) == ("val", "r1")
+    back = sections.pipeline()
+    assert back.eval == whole.eval
+    assert back.shard == PipelineConfig().shard  # not read by evaluate: its default
+    with pytest.raises(ValidationError, match="shard"):
+        evaluate.model_validate({"shard": {"output": "x"}})  # a section it does not read is refused

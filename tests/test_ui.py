@@ -25,6 +25,34 @@ from vidtx.tracking.runs import connect, resolve_tracking_uri
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("VIDTX_CHROMIUM") or shutil.which("chromium")
 DEPLOYED_FLOWS = ["shard-dataset", "train-model", "evaluate-model", "register-model", "video-pipeline"]
+RUN_SECTIONS = ["Data", "Model", "Train", "Tracking", "Storage"]
+# (deployment, its form's summary, sections shown, sections not shown)
+FORMS = [
+    (
+        "train-model/local",
+        "One training run",
+        RUN_SECTIONS,
+        ["Synth", "Shard", "Eval", "Registry", "Predict"],
+    ),
+    (
+        "evaluate-model/local",
+        "Multi-view evaluation",
+        [*RUN_SECTIONS, "Eval"],
+        ["Synth", "Shard", "Registry", "Predict"],
+    ),
+    (
+        "register-model/local",
+        "A trained model into",
+        [*RUN_SECTIONS, "Eval", "Registry"],
+        ["Synth", "Shard", "Predict"],
+    ),
+    (
+        "video-pipeline/demo",
+        "The whole pipeline",
+        [*RUN_SECTIONS, "Synth", "Shard", "Eval", "Registry"],
+        ["Predict"],
+    ),
+]
 
 pytestmark = [
     pytest.mark.ui,
@@ -45,6 +73,13 @@ def pipeline_config(tmp_path: Path, mlflow_db: str) -> PipelineConfig:
     return shrunk_demo_config(
         tmp_path, f"tracking.tracking_uri=sqlite:///{mlflow_db}", "registry.model_name=vidtx-ui-test"
     )
+
+
+def train_parameters(config: PipelineConfig) -> dict:
+    """train-model's `config` parameter: the sections it reads."""
+    from flows.train import TrainModelConfig
+
+    return TrainModelConfig.model_validate(config).model_dump(mode="json")
 
 
 def run_deployment(stack: Stack, name: str, parameters: dict) -> str:
@@ -72,7 +107,9 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
         "shard-dataset/local",
         {"shard": config.shard.model_dump(mode="json"), "synth": config.synth.model_dump(mode="json")},
     )
-    run_deployment(stack, "video-pipeline/demo", {"config": config.model_dump(mode="json")})
+    run_deployment(
+        stack, "video-pipeline/demo", {"config": config.model_dump(mode="json", exclude={"predict"})}
+    )
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -80,6 +117,18 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
         page.goto(f"{stack.prefect_url}/deployments")
         for flow in DEPLOYED_FLOWS:
             expect(page.get_by_text(flow, exact=True).first).to_be_visible(timeout=60_000)
+        # each flow's run form shows the sections that flow reads, and says what it is
+        for deployment, summary, shown, hidden in FORMS:
+            form = browser.new_page()  # a fresh page, as a person opening Deployments -> Run -> Custom run
+            form.goto(f"{stack.prefect_url}/deployments/deployment/{stack.deployment_id(deployment)}/run")
+            expect(form.get_by_text(summary).first).to_be_visible(timeout=60_000)
+            for section in shown:
+                expect(form.get_by_text(f"{section} (Optional)", exact=True).first).to_be_visible()
+            for section in hidden:
+                expect(form.get_by_text(f"{section} (Optional)", exact=True)).to_have_count(0)
+            if deployment != "video-pipeline/demo":  # described as what it is, not the pipeline
+                expect(form.get_by_text("the whole pipeline")).to_have_count(0)
+            form.close()
         page.goto(f"{stack.prefect_url}/runs/flow-run/{shard_run}")
         expect(page.get_by_text("Completed").first).to_be_visible(timeout=60_000)
         page.goto(f"{stack.mlflow_url}/#/models/vidtx-ui-test")
@@ -125,7 +174,7 @@ def test_a_run_whose_worker_was_killed_is_crashed_and_frees_the_training_slot(
     long_run = config.model_copy(deep=True)
     long_run.train.max_steps = 100_000
     with temporary_settings({PREFECT_API_URL: f"{stack.prefect_url}/api"}):
-        doomed = run("train-model/local", parameters={"config": long_run.model_dump(mode="json")}, timeout=0)
+        doomed = run("train-model/local", parameters={"config": train_parameters(long_run)}, timeout=0)
         tracking = MlflowClient(f"sqlite:///{stack.env['MLFLOW_DB']}")
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not tracking.search_runs(
@@ -142,9 +191,65 @@ def test_a_run_whose_worker_was_killed_is_crashed_and_frees_the_training_slot(
         assert "marked Crashed" in restarted.stdout
         with get_client(sync_client=True) as client:
             assert client.read_flow_run(doomed.id).state_name == "Crashed"
-        run_deployment(stack, "train-model/local", {"config": config.model_dump(mode="json")})
+        run_deployment(stack, "train-model/local", {"config": train_parameters(config)})
     runs = {
         r.info.run_name: r
         for r in tracking.search_runs([e.experiment_id for e in tracking.search_experiments()])
     }
     assert runs[f"demo-{doomed.id}"].info.status == "KILLED"  # ended by the next training's start
+
+
+def test_a_training_cancelled_in_the_ui_ends_cancelled_with_vidtx_line(stack: Stack, tmp_path: Path) -> None:
+    """Cancel a `train-model` run from its page, as a person does: Cancel, Confirm. The run and its
+    task run end Cancelled (none Crashed), the log says what vidtx stopped, the MLflow run is KILLED."""
+    from playwright.sync_api import expect, sync_playwright
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.deployments import run_deployment as run
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from vidtx.shard.job import shard_dataset
+    from vidtx.shard.synthetic import generate_dataset
+
+    config = pipeline_config(tmp_path / "run", stack.env["MLFLOW_DB"])
+    generate_dataset(config.synth)
+    shard_dataset(config.shard)
+    config.data.shards = config.shard.output
+    config.train.max_steps = 100_000
+    tracking = MlflowClient(f"sqlite:///{stack.env['MLFLOW_DB']}")
+    with temporary_settings({PREFECT_API_URL: f"{stack.prefect_url}/api"}):
+        training = run(
+            "train-model/local",
+            parameters={"config": train_parameters(config)},
+            timeout=0,
+        )
+        deadline = time.monotonic() + 600
+        while not tracking.search_runs(
+            [e.experiment_id for e in tracking.search_experiments()], "metrics.`train/loss` > 0"
+        ):
+            assert time.monotonic() < deadline, "training logged no step"
+            time.sleep(2)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(f"{stack.prefect_url}/runs/flow-run/{training.id}")
+            page.get_by_role("button", name="Cancel", exact=True).click()
+            page.get_by_role("button", name="Confirm").click()
+            expect(page.get_by_text("Cancelled", exact=True).first).to_be_visible(timeout=180_000)
+            page.get_by_text("Task Runs", exact=True).first.click()
+            expect(page.get_by_text("(1 Cancelled)")).to_be_visible(timeout=60_000)
+            browser.close()
+        with get_client(sync_client=True) as client:
+            states = [state.name for state in client.read_flow_run_states(training.id)]
+            (task_run,) = client.read_task_runs()
+            logs = [
+                log.message
+                for log in client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[training.id])))
+            ]
+    (mlflow_run,) = tracking.search_runs([e.experiment_id for e in tracking.search_experiments()])
+    assert "Crashed" not in states
+    assert states[-2:] == ["Cancelling", "Cancelled"]
+    assert task_run.state.is_cancelled()
+    stopped = f"training demo-{training.id} stopped: Ray shut down, MLflow run {mlflow_run.info.run_id} ended KILLED"
+    assert any(line.startswith(f"cancelled: {stopped}") for line in logs)
+    assert mlflow_run.info.status == "KILLED"

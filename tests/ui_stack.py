@@ -39,6 +39,17 @@ class Stack:
     state: Path
     env: dict[str, str]
 
+    def deployment_id(self, name: str) -> str:
+        """The id of deployment `name` (`flow/deployment`) on this stack's Prefect server."""
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with (
+            temporary_settings({PREFECT_API_URL: f"{self.prefect_url}/api"}),
+            get_client(sync_client=True) as client,
+        ):
+            return str(client.read_deployment_by_name(name).id)
+
     def processes(self) -> list[psutil.Process]:
         """What `ui.sh start` started (from its pid files) and everything below."""
         found = []
