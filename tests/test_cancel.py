@@ -19,6 +19,8 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Cancelling
 from ui_stack import started_stack
 
+from flows.pipeline import VideoPipelineConfig
+
 pytestmark = pytest.mark.slow
 
 
@@ -38,7 +40,7 @@ def test_cancelling_the_pipeline_while_it_trains_ends_every_run_cancelled_with_v
             f"tracking.tracking_uri=sqlite:///{stack.env['MLFLOW_DB']}",
             "train.max_steps=100000",
         )
-        parameters = {"config": config.model_dump(mode="json", exclude={"predict"})}
+        parameters = {"config": VideoPipelineConfig.model_validate(config).model_dump(mode="json")}
         pipeline = run_deployment("video-pipeline/demo", parameters=parameters, timeout=0)
         tracking = MlflowClient(f"sqlite:///{stack.env['MLFLOW_DB']}")
 

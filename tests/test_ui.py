@@ -18,6 +18,7 @@ from demo_config import shrunk_demo_config
 from mlflow import MlflowClient
 from ui_stack import Stack, listening, started_stack, ui_sh
 
+from flows.pipeline import VideoPipelineConfig
 from vidtx.config import PipelineConfig
 from vidtx.tracking.links import run_link
 from vidtx.tracking.runs import connect, resolve_tracking_uri
@@ -108,7 +109,9 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
         {"shard": config.shard.model_dump(mode="json"), "synth": config.synth.model_dump(mode="json")},
     )
     run_deployment(
-        stack, "video-pipeline/demo", {"config": config.model_dump(mode="json", exclude={"predict"})}
+        stack,
+        "video-pipeline/demo",
+        {"config": VideoPipelineConfig.model_validate(config).model_dump(mode="json")},
     )
 
     with sync_playwright() as playwright:

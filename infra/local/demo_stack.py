@@ -64,7 +64,10 @@ def trigger(config: PipelineConfig) -> str:
         raise SystemExit(
             f"prefect deploy {DEPLOYMENT} failed:\n{deployed.stdout[-2000:]}{deployed.stderr[-2000:]}"
         )
-    parameters = {"config": config.model_copy(update={"synth": None}).model_dump(mode="json")}
+    from flows.pipeline import VideoPipelineConfig  # the sections the flow takes
+
+    sources_uploaded = config.model_copy(update={"synth": None})
+    parameters = {"config": VideoPipelineConfig.model_validate(sources_uploaded).model_dump(mode="json")}
     flow_run = run_deployment(DEPLOYMENT, parameters=parameters, timeout=0)
     return str(flow_run.id)
 
