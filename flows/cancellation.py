@@ -9,7 +9,7 @@ Cancelled, with no word of what had been stopped.
 
 `cancellable` runs a task's function so that a stop asked for by a cancel (this flow run, or the run
 at its root, is Cancelling) returns a Cancelled state carrying what the work said it left behind
-(`vidtx.processes.what_stopped`). A flow that gets such a state returns `cancelled(message)`: a
+(`vidtx.processes.what_stopped`). A flow that gets such a state returns `cancelled(state)`: a
 subflow hands a Cancelled state with the same message to its parent; the root run logs the message
 and unwinds as Prefect unwinds a run whose worker's cancel request was acknowledged, so the worker
 ends it Cancelled without a crash or a traceback. A SIGTERM that no cancel asked for (a node going
@@ -65,13 +65,15 @@ def cancellable(task_function: Callable[P, R]) -> Callable[P, R | State]:
     return run
 
 
-def cancelled(message: str) -> State:
-    """What a flow returns when its work was cancelled; `message` goes in its log first.
+def cancelled(state: State) -> State:
+    """What a flow returns when the `state` of its work is Cancelled; the state's message (vidtx's line)
+    goes in its log first.
 
-    A subflow: a Cancelled state with `message`, for its parent. The root run does not return: it
+    A subflow: a Cancelled state with that message, for its parent. The root run does not return: it
     unwinds with the worker's cancel request marked as acknowledged (the intent Prefect's control
     channel would have recorded had its bridge been in place when the request came; a private
     function of Prefect 3.9, which `tests/test_cancel.py` notices when it changes)."""
+    message = state.message or "cancelled"
     get_run_logger().warning("cancelled: %s", message)
     if flow_run.parent_flow_run_id is not None:
         return Cancelled(message=message)

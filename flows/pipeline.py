@@ -136,7 +136,7 @@ def video_pipeline(config: VideoPipelineConfig) -> PipelineResult | State:
     stage(2, "train-model", f"{train.run_name}: {train.num_workers} workers, {train.max_steps} steps")
     training = train_model(TrainModelConfig.model_validate(config), return_state=True)
     if training.is_cancelled():
-        return cancelled(training.message or "training cancelled")
+        return cancelled(training)
     trained = training.result()
     checkpoint = trained.best_checkpoint or trained.checkpoint
     stage(3, "evaluate-model", f"{split} split, {config.eval.num_clips}x{config.eval.num_crops} views")

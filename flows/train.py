@@ -61,7 +61,7 @@ def train_model(config: TrainModelConfig) -> TrainResult | State:
     run_config = named_run(config.pipeline())
     training = run_training(run_config, return_state=True)
     if training.is_cancelled():
-        return cancelled(training.message or "training cancelled")
+        return cancelled(training)
     result = training.result()
     create_markdown_artifact(
         lineage_table(run_config, result.mlflow_run_id),

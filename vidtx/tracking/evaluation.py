@@ -21,9 +21,10 @@ def log_evaluation(client: MlflowClient, run_id: str, result: EvalResult) -> dic
     """Log `result` under `eval/<split>/…`; returns the artifact paths (relative to the run)."""
     prefix = f"eval/{result.split}"
     timestamp = int(time.time() * 1000)
+    values = result.metrics()
     metrics = [
         Metric(f"{prefix}/{name}", value, timestamp, 0)
-        for name, value in result.metrics().items()
+        for name, value in values.items()
         if name not in COUNTS
     ]
     client.log_batch(run_id, metrics=metrics)
@@ -31,7 +32,7 @@ def log_evaluation(client: MlflowClient, run_id: str, result: EvalResult) -> dic
         "views": result.views,
         "ensemble": result.primary,
         "manifest_hash": result.manifest_hash,
-        **{count: f"{result.metrics()[count]:.0f}" for count in COUNTS},
+        **{count: f"{values[count]:.0f}" for count in COUNTS},
     }.items():
         client.set_tag(run_id, f"vidtx.{prefix}.{key}".replace("/", "."), value)
 
