@@ -7,8 +7,11 @@ The odd and bad videos are written by media.py; `bad_dataset` (conftest) is them
 
 import json
 import logging
+import re
 import shutil
 import subprocess
+import tarfile
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -167,7 +170,7 @@ def test_a_rank_whose_shards_yield_no_sample_fails_naming_them_with_one_warning(
     monkeypatch.setenv("WORLD_SIZE", "5")
     loader = build_train_loader(loader_config(damaged_shards), batch_size=4, seed=0)
     message = (
-        f"rank {rank}: not one sample could be read from its shards train-000002.tar in {damaged_shards} "
+        f"rank {rank}: not one clip could be read from its shards train-000002.tar in {damaged_shards} "
         "(damaged: `vidtx inspect` checks them)"
     )
     with (
@@ -179,6 +182,50 @@ def test_a_rank_whose_shards_yield_no_sample_fails_naming_them_with_one_warning(
     unreadable = [r.getMessage() for r in caplog.records if "unreadable shard data" in r.getMessage()]
     assert len(unreadable) == 1
     assert "train-000002.tar" in unreadable[0]
+
+
+def cut_positions(tar: Path) -> dict[str, int]:
+    """Where to cut a tar of one sample (json, then mp4 member) so that nothing of it decodes."""
+    with tarfile.open(tar) as archive:
+        json_member, video = archive.getmembers()[:2]
+    return {
+        "in the first header": 100,
+        "in the json member": json_member.offset_data + json_member.size // 2,
+        "between the members": video.offset,  # the json whole, then the end of the file
+        "in the video's header": video.offset + 476,  # issue 43's 1,500 bytes
+        "in the video member": video.offset_data + video.size // 2,
+    }
+
+
+@pytest.mark.timeout(60)  # it used to spin forever, logging the same sample 10,000 times a second
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(
+    "cut",
+    ["in the first header", "in the json member", "between the members", "in the video's header", "in the video member"],
+)  # fmt: skip
+def test_a_pass_over_a_rank_s_shards_that_gives_no_clip_fails_naming_them_wherever_the_cut_falls(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, cut: str, workers: int
+) -> None:
+    """Issue 43 case 2: a train split of one shard cut inside its first sample. A pass that reads a
+    sample which cannot decode (the json alone) gave no clip: that is the error, not the samples read."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    write_shard_of_samples(tmp_path / "shards", {"000000000000": {"mp4": good(), "json": meta("good-1.mp4")}})
+    tar = tmp_path / "shards/train-000000.tar"
+    tar.write_bytes(tar.read_bytes()[: cut_positions(tar)[cut]])
+    cfg = loader_config(tmp_path / "shards").model_copy(update={"num_workers": workers})
+    message = (
+        r"rank 0(, DataLoader worker [01])?: not one clip could be read from its shards train-000000\.tar "
+        + re.escape(f"in {tmp_path / 'shards'} (damaged: `vidtx inspect` checks them)")
+    )
+    with (
+        caplog.at_level(logging.WARNING, logger="vidtx.data.loader"),
+        pytest.raises(UnreadableShardsError) as raised,
+    ):
+        next(iter(build_train_loader(cfg, batch_size=1, seed=0)))
+    assert re.fullmatch(message, str(raised.value))  # one line, from a DataLoader worker too
+    warnings = Counter(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert all(count == 1 for count in warnings.values()), warnings  # once each, not once per pass
 
 
 def test_a_train_loader_without_any_shard_file_fails_instead_of_waiting_forever(

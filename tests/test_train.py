@@ -154,7 +154,7 @@ def test_a_rank_whose_shards_yield_no_sample_fails_the_run_naming_them(
     for url in cut:
         cut_in_video(Path(url), 0)
     names = ", ".join(Path(url).name for url in cut)
-    message = f"rank 1: not one sample could be read from its shards {names} in {config.data.shards} "
+    message = f"rank 1: not one clip could be read from its shards {names} in {config.data.shards} "
     with pytest.raises(UnreadableShardsError, match=re.escape(message)):  # one line for the CLI
         train(config, run_name="unreadable")
 

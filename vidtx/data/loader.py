@@ -9,7 +9,7 @@ Each epoch the shards are dealt out to the ranks (`vidtx.data.shares`: disjoint 
 are the whole split, on one node or many; with fewer shards than ranks every rank reads all of
 them). A rank cycles through its own shards for exactly `ceil(num_samples / world_size / batch_size)`
 batches, so ranks stay in lock-step for collectives however the shards' sizes differ; a pass over
-them that yields no sample at all is an error naming them. Iterating a train loader again continues
+them that gives not one clip is an error naming them. Iterating a train loader again continues
 with the next epoch; a loader built with `epoch=e` replays epoch e exactly (resume).
 
 Evaluation: the manifest's shards in order, split by rank (whole shards, and the ones left over by
@@ -22,8 +22,8 @@ Both stores of `vidtx.manifest` are read: a video member decoded with decord (Py
 at the size the crop needs, or packed JPEG frames of which only the sampled ones are decoded.
 
 A sample that fails to decode is logged and skipped, and so is whatever part of a tar cannot be read
-(a truncated or missing shard; in training logged on an epoch's first pass over it only): a damaged
-shard costs its unreadable samples, never the run, unless none of a rank's shards yields a sample.
+(a truncated or missing shard); in training each is logged once per epoch, not on every pass: a
+damaged shard costs its unreadable samples, never the run, unless none of a rank's shards gives a clip.
 Decoders are created per sample inside the worker; workers start with `forkserver` so they inherit
 no decoder or thread state.
 """
@@ -45,7 +45,7 @@ from vidtx import storage
 from vidtx.cache import ShardCache
 from vidtx.config import DataConfig
 from vidtx.data.sampling import FrameSampler
-from vidtx.data.shares import CycledSamples, EvalSamples, epoch_shards
+from vidtx.data.shares import CycledSamples, EvalSamples, PassLedger, epoch_shards
 from vidtx.data.transforms import EvalTransform, TrainTransform
 from vidtx.locations import Location, name_of
 from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
@@ -115,20 +115,25 @@ def _dataloader_worker() -> int:
 
 
 def _train_clips(
-    samples: Iterable[dict[str, Any]], cfg: DataConfig, seed: int, epoch: int, rank: int
+    samples: Iterable[dict[str, Any]], cfg: DataConfig, seed: int, epoch: int, rank: int, ledger: PassLedger
 ) -> Iterator[tuple[torch.Tensor, int]]:
-    """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips (T, H, W, C) of it."""
+    """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips (T, H, W, C) of
+    it; what each sample gave goes into `ledger`. A sample that fails is logged once, not every pass."""
     rng = np.random.default_rng([seed, epoch, rank, _dataloader_worker()])
     sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
     transform = TrainTransform.from_config(cfg)
+    failed: set[str] = set()
     for sample in samples:
         try:
             video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads, at_least=True)
             indices = np.stack([sampler.train(video.num_frames, rng) for _ in range(cfg.repeated_sampling)])
             clips = [transform(frames, rng) for frames in _frames(video, indices)]
         except SAMPLE_ERRORS as err:
-            log.warning("skipping training sample %s: %s", sample_name(sample), err)
-            continue
+            if (name := sample_name(sample)) not in failed:
+                failed.add(name)
+                log.warning("skipping training sample %s: %s", name, err)
+            clips = []
+        ledger.decoded(sample["__pass__"], len(clips))
         for clip in clips:
             yield clip, int(meta["label"])
 
@@ -216,10 +221,11 @@ class TrainLoader:
             ",".join(name_of(url) for url in shards),
         )
         stream_seed = wds.utils.make_seed(self.seed, epoch, self.rank)
+        ledger = PassLedger()
         dataset = wds.DataPipeline(
-            CycledSamples(shards, stream_seed, self.rank, log_and_continue, shard_cache(self.cfg)),
+            CycledSamples(shards, stream_seed, self.rank, log_and_continue, ledger, shard_cache(self.cfg)),
             wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
-            partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank),
+            partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank, ledger=ledger),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
         )
         loader = _web_loader(dataset, self.cfg.num_workers).with_epoch(self.batches_per_epoch)

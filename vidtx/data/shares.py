@@ -2,8 +2,9 @@
 
 Training: each epoch the shards are dealt out to the ranks from a seeded permutation that every rank
 draws alike (`epoch_shards`), and each rank reads its own pass after pass (`CycledSamples`) for as
-many batches as the epoch has. A pass that yields no sample at all is an error naming the shards:
-the next pass would read the same bytes, so the loader would wait for a batch forever.
+many batches as the epoch has. A pass that gives the decoder not one clip (no sample at all, or only
+samples that fail to decode: a tar cut anywhere in its first sample) is an error naming the shards
+(`PassLedger`): the next pass would read the same bytes, so the loader would wait for a batch forever.
 
 Evaluation: every sample of the split exactly once over all ranks (`EvalSamples`). Whole shards are
 dealt round-robin while each rank gets one; the shards left over (fewer than the ranks, e.g. the one
@@ -14,6 +15,7 @@ as many samples as ranks (validation's all-reduce needs every rank anyway: an id
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,7 +31,14 @@ Handler = Callable[[Exception], bool]  # what a webdataset stage does with an er
 
 
 class UnreadableShardsError(ValueError):
-    """Not one sample of a rank's shards could be read: the data is damaged (one line for the CLI)."""
+    """Not one clip of a rank's shards could be read: the data is damaged (one line for the CLI)."""
+
+    def __init__(self, message: str) -> None:
+        # A DataLoader worker's exception reaches the training process as `type(text)`, the text
+        # being torch's "Caught ... in DataLoader worker process N" and the worker's traceback, whose
+        # last line is this error's own: keep that line.
+        own_line = f"{type(self).__module__}.{type(self).__qualname__}: "
+        super().__init__(message.rstrip().rsplit(own_line, 1)[-1])
 
 
 def epoch_shards(urls: list[str], seed: int, epoch: int, rank: int, world_size: int) -> list[str]:
@@ -46,34 +55,70 @@ def _go_on(err: Exception) -> bool:
     return True
 
 
+class PassLedger:
+    """What each pass of `CycledSamples` over a rank's shards gave the decoder. The reader records how
+    many samples a pass had once it is over, the decoder how many clips each sample gave; a pass whose
+    samples were all decoded without one clip raises `UnreadableShardsError`. Samples reach the decoder
+    through the shuffle buffer, mixed with the next passes', so a pass is judged when its last sample
+    has been decoded. One ledger per DataLoader worker (the pipeline is copied into each)."""
+
+    def __init__(self) -> None:
+        self._samples: dict[int, int] = {}  # pass -> samples it had, once it is over and until judged
+        self._decoded: Counter[int] = Counter()  # pass -> its samples decoded so far
+        self._clips: Counter[int] = Counter()  # pass -> clips they gave
+        self._unreadable = ""  # the error: which rank, worker and shards
+
+    def read(self, number: int, samples: int, unreadable: str) -> None:
+        """Pass `number` is over, having read `samples`; `unreadable` is the error if it gives no clip."""
+        if not samples:
+            raise UnreadableShardsError(unreadable)
+        self._samples[number], self._unreadable = samples, unreadable
+
+    def decoded(self, number: int, clips: int) -> None:
+        """A sample of pass `number` gave `clips` clips (0: it failed to decode)."""
+        self._decoded[number] += 1
+        self._clips[number] += clips
+        for judged in [n for n, samples in self._samples.items() if self._decoded[n] == samples]:
+            if not self._clips[judged]:
+                raise UnreadableShardsError(self._unreadable)
+            del self._samples[judged], self._decoded[judged], self._clips[judged]
+
+
 class CycledSamples(torch.utils.data.IterableDataset):
     """An endless stream of samples from one rank's shards, split by DataLoader worker (a worker left
-    without one reads all of the rank's), in a new order each pass. Read errors go to `handler` on
-    the first pass only: later passes meet the same ones."""
+    without one reads all of the rank's), in a new order each pass; each sample carries its pass's
+    number as `__pass__` for the decoder's entries in `ledger`. Read errors go to `handler` on the
+    first pass only: later passes meet the same ones."""
 
     def __init__(
-        self, urls: list[str], seed: int, rank: int, handler: Handler, cache: ShardCache | None = None
+        self,
+        urls: list[str],
+        seed: int,
+        rank: int,
+        handler: Handler,
+        ledger: PassLedger,
+        cache: ShardCache | None = None,
     ) -> None:
         self.urls, self.seed, self.rank, self.handler, self.cache = urls, seed, rank, handler, cache
+        self.ledger = ledger
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _, _, worker, num_workers = wds.utils.pytorch_worker_info()
         mine = self.urls[worker::num_workers] or self.urls
+        who = f"rank {self.rank}" + (f", DataLoader worker {worker}" if num_workers > 1 else "")
+        unreadable = (
+            f"{who}: not one clip could be read from its shards {', '.join(name_of(url) for url in mine)} "
+            f"in {parent_of(mine[0])} (damaged: `vidtx inspect` checks them)"
+        )
         rng = np.random.default_rng([self.seed, worker])
         handler = self.handler
-        while True:
+        for number in itertools.count():
             read = 0
             order = ({"url": mine[i]} for i in rng.permutation(len(mine)))
             for sample in tar_samples(order, handler, self.cache):
                 read += 1
-                yield sample
-            if not read:
-                who = f"rank {self.rank}" + (f", DataLoader worker {worker}" if num_workers > 1 else "")
-                names = ", ".join(name_of(url) for url in mine)
-                raise UnreadableShardsError(
-                    f"{who}: not one sample could be read from its shards {names} in "
-                    f"{parent_of(mine[0])} (damaged: `vidtx inspect` checks them)"
-                )
+                yield sample | {"__pass__": number}
+            self.ledger.read(number, read, unreadable)
             handler = _go_on
 
 
