@@ -248,10 +248,10 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
 
 
 def start_training_until(
-    config: PipelineConfig, tmp_path: Path, run_name: str, step: int
+    config: PipelineConfig, tmp_path: Path, run_name: str, step: int, env: dict[str, str] | None = None
 ) -> subprocess.Popen:
-    """`vidtx train` of `config` in a child process, returned once its MLflow run has logged `step`
-    and Ray has registered a checkpoint of it."""
+    """`vidtx train` of `config` in a child process (with `env` added to its environment), returned
+    once its MLflow run has logged `step` and Ray has registered a checkpoint of it."""
     config_file = tmp_path / "config.yaml"
     config_file.write_text(dump_config(config))
     command = [
@@ -263,7 +263,9 @@ def start_training_until(
         "--set",
         f"train.run_name={run_name}",
     ]
-    driver = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    driver = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=os.environ | (env or {})
+    )
     if not trained_until(config, run_name, step, running=lambda: driver.poll() is None):
         driver.kill()
         pytest.fail(f"training ended or stalled before step {step}: {driver.communicate()[1][-2000:]}")
@@ -287,7 +289,8 @@ def test_a_killed_then_stopped_training_job_resumes_each_time_and_listens_on_loo
     1. `vidtx train` while it trains: nothing of it is reachable from the network (the driver, its
        local Ray and the Ray Train workers with their torch rendezvous store and gloo transport; was:
        rank 0's store on *:port). Then SIGKILL to the whole process tree.
-    2. `vidtx train` again: it resumes; SIGTERM to it (what `make ui-stop`, `kill` and Prefect's cancel
+    2. `vidtx train` again, on a machine where a DeepSpeed op's build was interrupted (its lock left
+       behind, which every training used to wait on for ever): it resumes; SIGTERM to it (what `make ui-stop`, `kill` and Prefect's cancel
        send): the local Ray and its workers stop with it, the MLflow run ends KILLED, exit code 143
        and one line saying so.
     3. `train()` again: it resumes and finishes, every step logged once, in the one MLflow run."""
@@ -303,7 +306,14 @@ def test_a_killed_then_stopped_training_job_resumes_each_time_and_listens_on_loo
     assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
     kill_tree(driver)
 
-    driver = start_training_until(config, tmp_path, "killed-job", step=24)
+    extensions = tmp_path / "torch_extensions"
+    interrupted_build = extensions / "deepspeed_shm_comm" / "lock"
+    interrupted_build.parent.mkdir(parents=True)
+    interrupted_build.touch()  # its builder is gone: no process holds it open
+    driver = start_training_until(
+        config, tmp_path, "killed-job", step=24, env={"TORCH_EXTENSIONS_DIR": str(extensions)}
+    )
+    assert not interrupted_build.exists()
     tree = psutil.Process(driver.pid).children(recursive=True)
     driver.send_signal(signal.SIGTERM)
     _, stderr = driver.communicate(timeout=120)
