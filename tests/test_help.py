@@ -100,3 +100,24 @@ def test_a_mistyped_key_names_the_keys_nearby(override: str, field: str, suggest
     message = str(raised.value)
     assert f"--set {override}: {field}: no such setting; nearby: " in message
     assert suggested in message.partition("nearby: ")[2].partition(" (")[0].split(", ")
+
+
+@pytest.mark.parametrize("columns", [80, 100, 132, 200])
+@pytest.mark.parametrize("name", sorted(COMMAND_SECTIONS))
+def test_at_any_width_from_80_every_setting_reads_whole(name: str, columns: int) -> None:
+    """Issue 43 case 4: at 80 columns (a non-TTY's width) every description was cut to "…" and the
+    choices wrapped. Now each key, type or choices and default stands whole on one line, and each
+    description is there word for word (beside them where the table fits, else below them)."""
+    result = CliRunner().invoke(app, [*name.split(), "--help"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    text = result.output.split("Settings it reads")[1]
+    assert "…" not in text
+    assert max(map(len, text.splitlines())) <= columns
+    lines = [line.strip("│ ") for line in text.splitlines()]
+    words = " ".join(" ".join(lines).split())
+    for setting in settings(COMMAND_SECTIONS[name]):
+        head = re.compile(rf"{re.escape(setting.key)}\s+{re.escape(setting.kind)}(\s+|$)")
+        (row,) = [i for i, line in enumerate(lines) if head.match(line)]  # key, type or choices whole
+        default = head.sub("", lines[row], count=1) or lines[row + 1]  # beside them, or on the next line
+        assert re.match(rf"(default )?{re.escape(setting.default)}(\s|$)", default), setting.key
+        assert " ".join(setting.description.split()) in words, setting.key
