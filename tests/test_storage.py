@@ -18,6 +18,7 @@ import torch
 
 from infra.local.s3_server import create_user, free_port, requests, s3_server
 from vidtx import storage
+from vidtx.cache import ShardCache
 from vidtx.config import DataConfig, ShardConfig
 from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.locations import join, location, name_of, parent_of
@@ -276,6 +277,21 @@ def test_a_cache_folder_keeps_the_shards_read_from_a_bucket_within_its_limit(
     kept = [p.stat().st_size for p in (tmp_path / "small").iterdir()]
     assert 1 <= len(kept) < len(remote.shards)
     assert sum(kept) <= 1.5 * largest
+
+
+def test_a_shard_rewritten_in_place_with_the_same_size_is_fetched_again(bucket: str, tmp_path: Path) -> None:
+    """Issue 43 case 5: the cache trusted a copy whose size equalled the object's; a shard re-written
+    with other options and the same member sizes was served stale. The modification time decides too."""
+    url = f"{bucket}/shards/train-000000.tar"
+    cache = ShardCache(tmp_path / "cache", max_bytes=10**9)
+    storage.write_text(url, "A" * 1000)
+    assert cache.local_copy(url).read_bytes() == b"A" * 1000
+    assert cache.local_copy(url).read_bytes() == b"A" * 1000  # the copy, as long as the object is the same
+    time.sleep(1.1)  # S3's Last-Modified counts whole seconds
+    storage.write_text(url, "B" * 1000)
+    copy = cache.local_copy(url)
+    assert copy.read_bytes() == b"B" * 1000
+    assert storage.file_state(copy) == storage.file_state(url)  # the object's size and modification time
 
 
 def test_the_configs_endpoint_overrides_the_environments(

@@ -74,6 +74,15 @@ def size(where: Location) -> int | None:
     return info.size if info.type == fs.FileType.File else None
 
 
+def file_state(where: Location) -> FileState | None:
+    """The (size, modification time in ns) of the file at `where`, None when there is none: one request
+    in a bucket (`file_states` lists whole folders, for many files)."""
+    if not is_remote(where):
+        return _local_state(Path(where))
+    info = file_info(where)
+    return (info.size, info.mtime_ns) if info.type == fs.FileType.File else None
+
+
 def names(folder: Location, suffix: str = "") -> list[str]:
     """The names of the files directly in `folder` that end with `suffix`, sorted."""
     if not is_remote(folder):
