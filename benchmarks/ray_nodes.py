@@ -3,7 +3,8 @@
 process per node.
 
 Every node is its own `ray start` (the head with the dashboard and the Jobs API, the others joining it
-with `--address`), with ports of its own on 127.0.0.1 where Ray allows it, a custom resource naming it
+with `--address`; through `infra/local/ray_node.py`, so that every server of it listens on 127.0.0.1
+only), with ports of its own, a custom resource naming it
 and, for the head, a temp dir of its own. `--block` keeps each node's processes (raylet, agents, Ray
 workers) in the process tree of the `ray start` the fixture started, so a node is stopped (or killed,
 to simulate losing it) by signalling exactly that tree: never a global `ray stop`, which would also
@@ -92,7 +93,8 @@ class LocalCluster:
         }
         log = Path(self.temp_dir, f"{name}.log")
         command = [
-            str(BIN / "ray"), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+            str(BIN / "python"), "-m", "infra.local.ray_node", "start", "--block", "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1",
             f"--num-cpus={self.num_cpus}", f"--resources={json.dumps({name: 1})}",
             *(f"{option}={port}" for option, port in ports.items()), *args,
         ]  # fmt: skip

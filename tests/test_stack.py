@@ -86,15 +86,18 @@ def test_the_env_file_is_private_and_no_secret_reaches_a_log(stack) -> None:
         assert [value[:4] for value in values if value in text] == [], log.name
 
 
-def test_the_services_but_ray_listen_on_loopback_only(stack) -> None:
+def test_every_service_ray_included_listens_on_loopback_only(stack) -> None:
+    """Issue 43 case 3: the Ray nodes listened on the machine's address or every interface (GCS,
+    raylets, object managers, agents, the Ray Client server), four metrics endpoints answering anyone."""
     folder, _, _ = stack
-    pids = {
-        int(pidfile.read_text()) for pidfile in (folder / "pids").glob("*.pid") if "ray" not in pidfile.name
-    }
+    pids = {int(pidfile.read_text()) for pidfile in (folder / "pids").glob("*.pid")}
     postmaster = int((folder / "postgres" / "postmaster.pid").read_text().split()[0])
     tree = set().union(*(process_tree(pid) for pid in pids | {postmaster}))
     listening = listening_sockets(tree)
-    assert len(listening) == 4  # postgres, s3, mlflow, prefect (the worker listens on nothing)
+    names = {name for owners in listening.values() for name in owners}
+    # postgres, s3, mlflow, prefect (the worker listens on nothing) and both Ray nodes were seen
+    assert {"postgres", "gcs_server", "raylet"} <= names, names
+    assert sum("raylet" in owners for owners in listening.values()) >= 4  # 2 nodes: node and object managers
     assert exposed(listening) == {}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -58,8 +59,9 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
         # merge a second one that sets the same fields
         init_kwargs.pop("runtime_env", None)
     address = address or _cluster_from_environment()
+    on_loopback = address == "local" or is_loopback(address or os.environ.get("RAY_ADDRESS", ""))
     adopt_loggers()  # Ray's driver-side records (start-up, warnings) go where vidtx's go
-    with _on_loopback_only() if address == "local" else contextlib.nullcontext(), _sigterm_kept():
+    with _on_loopback_only() if on_loopback else contextlib.nullcontext(), _sigterm_kept():
         ray.init(address=address, **init_kwargs)
     # Inside a Ray Job the job's log is the console its submitter follows: Ray keeps printing there.
     if owns_console() and not in_ray_job:
@@ -93,6 +95,15 @@ def is_jobs_api(address: str | None) -> bool:
     return bool(address) and address.startswith(("http://", "https://"))
 
 
+def is_loopback(address: str) -> bool:
+    """Whether `address` (host:port of a cluster's GCS) is on this machine's loopback interface."""
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name, "auto", a ray:// address
+        return False
+
+
 def _cluster_from_environment() -> str | None:
     """None where RAY_ADDRESS names a cluster (ray.init reads it), else "local": a new local instance."""
     from_environment = os.environ.get("RAY_ADDRESS", "")
@@ -101,13 +112,15 @@ def _cluster_from_environment() -> str | None:
 
 @contextlib.contextmanager
 def _on_loopback_only() -> Iterator[None]:
-    """Start a local Ray whose GCS, raylet, workers and agents listen on 127.0.0.1, not 0.0.0.0 / ::.
+    """Start a local Ray whose GCS, raylet, workers and agents listen on 127.0.0.1, not 0.0.0.0 / ::,
+    or join a cluster at a loopback address (`make stack`'s nodes: `infra/local/ray_node.py`) as it is.
 
     Ray binds its servers to every interface unless the node's address is a loopback one, and it turns
-    `ray.init(_node_ip_address="127.0.0.1")` back into the machine's network address (Ray 2.60:
-    `services.resolve_ip_for_localhost`). It takes the loopback address where it may not form a
-    cluster (its macOS / Windows default, `ray_constants.ENABLE_RAY_CLUSTER`), which a local instance
-    for one run on one machine is: so that is what it is told while it starts.
+    `ray.init(_node_ip_address="127.0.0.1")` and a cluster address of 127.0.0.1 back into the
+    machine's network address (Ray 2.60: `services.resolve_ip_for_localhost`). It keeps the loopback
+    address where it may not form a cluster (its macOS / Windows default, `ray_constants.ENABLE_RAY_CLUSTER`),
+    which a local instance for one run on one machine is, and a driver joining a cluster on this
+    machine's loopback need not: so that is what it is told while it starts or joins.
     `tests/test_reliability.py::test_local_ray_listens_on_loopback_only` notices when a Ray upgrade
     changes this.
     """

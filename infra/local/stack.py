@@ -15,8 +15,7 @@ authentication on: `python -m infra.local.stack start|stop|purge` (make stack / 
 for `source`. `stop` ends exactly what `start` started (the pid files under `STACK/pids`) and keeps
 the data (PostgreSQL's folder; moto keeps objects in memory only); `purge` removes it too. STACK is
 `runs/stack`, or $VIDTX_STACK_DIR. Secrets are generated once into `STACK/secrets.json` (mode 600)
-and never printed. The Ray nodes listen on the machine's address (Ray binds a multi-node cluster's
-servers there), guarded by the token; everything else listens on 127.0.0.1.
+and never printed. Everything listens on 127.0.0.1 only, the Ray nodes included (`infra/local/ray_node.py`).
 """
 
 from __future__ import annotations
@@ -256,7 +255,8 @@ class Stack:
     def _ray_start(ports: dict[str, int], *args: str) -> list[str]:
         local_ports = ("--node-manager-port", "--object-manager-port", "--metrics-export-port",
                        "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port")  # fmt: skip
-        return [str(BIN / "ray"), "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
+        return [str(BIN / "python"), "-m", "infra.local.ray_node", "start", "--block", "--disable-usage-stats",
+                "--node-ip-address=127.0.0.1",
                 "--num-cpus=1", *(f"{option}={free_port()}" for option in local_ports), *args]  # fmt: skip
 
     def stop(self) -> list[str]:
