@@ -21,8 +21,9 @@ from vidtx.config.sections import sections_config
 from vidtx.model_factory import check_model_config
 from vidtx.shard.synthetic import frame_order_verdict
 from vidtx.tracking.lineage import run_lineage
-from vidtx.tracking.links import LOCAL_MLFLOW_UI, mlflow_ui, model_version_link
+from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link
 from vidtx.tracking.model_registry import ModelVersionInfo
+from vidtx.tracking.runs import record_run
 from vidtx.train.splits import evaluation_split
 
 logger = logging.getLogger("flows.pipeline")  # also when run as __main__ (python -m flows.pipeline)
@@ -42,7 +43,7 @@ class PipelineResult(BaseModel):
     run_name: str
     mlflow_run_id: str
     mlflow_run_url: str
-    mlflow_ui: str
+    mlflow_experiment_url: str
     checkpoint: str
     eval_split: str
     views: str
@@ -64,10 +65,12 @@ def markdown_link(text: str, url: str) -> str:
     return f"[{text}]({url})"
 
 
-def browse_line(mlflow_ui: str, prefect: str) -> str:
-    """Where to look: the UIs of the servers the run used (`make ui` serves them for the local ones)."""
-    uis = f"{mlflow_ui} (MLflow) and {prefect} (Prefect)"
-    return f"make ui, then {uis}" if (mlflow_ui, prefect) == (LOCAL_MLFLOW_UI, LOCAL_PREFECT_UI) else uis
+def browse_line(mlflow_experiment: str, prefect: str) -> str:
+    """Where to look: the run's experiment in MLflow (its model-training view, not the UI's root with
+    the GenAI pages) and the Prefect UI; `make ui` serves both for the local stores."""
+    uis = f"{mlflow_experiment} (MLflow) and {prefect} (Prefect)"
+    local = mlflow_experiment.startswith(f"{LOCAL_MLFLOW_UI}/") and prefect.startswith(LOCAL_PREFECT_UI)
+    return f"make ui, then {uis}" if local else uis
 
 
 def summary_lines(
@@ -89,7 +92,7 @@ def summary_lines(
         ),
         ("model", f"{result.model_uri} aliases {', '.join(result.aliases) or 'none'} ({result.promotion})"),
         *([("frame order", result.frame_order)] if result.frame_order else []),
-        ("browse", browse_line(result.mlflow_ui, prefect_ui())),
+        ("browse", browse_line(result.mlflow_experiment_url, prefect_ui())),
         ("predict", f"vidtx predict VIDEO.mp4 --model models:/{result.model_name}@champion"),
     ]
 
@@ -125,6 +128,7 @@ def video_pipeline(config: VideoPipelineConfig) -> PipelineResult | State:
     `shard.output`), and the training run is named after this flow run unless `train.run_name` is set.
     Each stage's flow is given the sections it reads."""
     storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
+    given = config
     config = named_run(config.pipeline())
     check_model_config(config)  # a model that cannot be built fails before any sharding
     config.data.shards = config.shard.output
@@ -134,6 +138,7 @@ def video_pipeline(config: VideoPipelineConfig) -> PipelineResult | State:
     split = evaluation_split(config).split  # a split the shards lack fails now, not after the training
     train = config.train
     stage(2, "train-model", f"{train.run_name}: {train.num_workers} workers, {train.max_steps} steps")
+    record_run(config, train.run_name, given)  # the training run records the whole config given here
     training = train_model(TrainModelConfig.model_validate(config), return_state=True)
     if training.is_cancelled():
         return cancelled(training)
@@ -144,13 +149,14 @@ def video_pipeline(config: VideoPipelineConfig) -> PipelineResult | State:
     stage(4, "register-model", config.registry.model_name)
     version = register_model(RegisterModelConfig.model_validate(config), checkpoint, evaluation)
     metrics = evaluation.metrics()
+    lineage = run_lineage(config, trained.mlflow_run_id)
     result = PipelineResult(
         name=config.name,
         splits=splits,
         run_name=trained.run_name,
         mlflow_run_id=trained.mlflow_run_id,
-        mlflow_run_url=run_lineage(config, trained.mlflow_run_id).mlflow_run_url,
-        mlflow_ui=mlflow_ui(config),
+        mlflow_run_url=lineage.mlflow_run_url,
+        mlflow_experiment_url=lineage.mlflow_experiment_url,
         checkpoint=checkpoint,
         eval_split=evaluation.split,
         views=evaluation.views,

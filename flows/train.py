@@ -11,6 +11,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.client.schemas.objects import State
 from prefect.runtime import flow_run
+from pydantic import BaseModel
 
 from flows.cancellation import cancellable, cancelled
 from flows.lineage import lineage_table
@@ -36,7 +37,7 @@ def named_run(config: PipelineConfig) -> PipelineConfig:
 
 @task(retries=0)  # a retry would repeat expensive work; the flow run's own retry resumes instead
 @cancellable
-def run_training(config: PipelineConfig) -> TrainResult:
+def run_training(config: PipelineConfig, given: BaseModel) -> TrainResult:
     logger = get_run_logger()
     run_name = config.train.run_name
     progress_id = create_progress_artifact(0.0, description=f"training {run_name}")
@@ -48,7 +49,7 @@ def run_training(config: PipelineConfig) -> TrainResult:
         logger.info(line + (f"; {validation}" if validation else ""))
 
     tags = {FLOW_RUN_TAG: str(flow_run.id), "prefect.flow_run_name": str(flow_run.name)}
-    result = train(config, tags=tags, progress=on_progress)
+    result = train(config, tags=tags, progress=on_progress, recorded=given)
     update_progress_artifact(progress_id, 100.0)
     return result
 
@@ -59,7 +60,7 @@ def train_model(config: TrainModelConfig) -> TrainResult | State:
     A cancel stops the training and ends the run Cancelled (flows.cancellation)."""
     storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
     run_config = named_run(config.pipeline())
-    training = run_training(run_config, return_state=True)
+    training = run_training(run_config, config, return_state=True)  # a new MLflow run records `config`
     if training.is_cancelled():
         return cancelled(training)
     result = training.result()

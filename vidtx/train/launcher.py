@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import ray
+from pydantic import BaseModel
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, WorkerGroupError
 from ray.train.torch import TorchTrainer
 
@@ -57,14 +58,16 @@ def train(
     run_name: str | None = None,
     tags: Mapping[str, str] | None = None,
     progress: ProgressCallback | None = None,
+    recorded: BaseModel | None = None,
 ) -> TrainResult:
-    """Train `config`; the same `run_name` + storage path resumes an earlier run."""
+    """Train `config`; the same `run_name` + storage path resumes an earlier run. A new MLflow run
+    records `recorded`, the configuration as given (default: `config`)."""
     check_model_config(config)  # a bad preset or option fails here, before anything starts
     run_name = run_name or config.train.run_name or default_run_name(config)
     address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
     if is_jobs_api(address):
-        return submit_training_job(config, run_name, address, tags, progress)
-    return _train_on_ray(config, run_name, address, tags or {}, progress)
+        return submit_training_job(config, run_name, address, tags, progress, recorded)
+    return _train_on_ray(config, run_name, address, tags or {}, progress, recorded)
 
 
 def _train_on_ray(
@@ -73,6 +76,7 @@ def _train_on_ray(
     address: str | None,
     tags: Mapping[str, str],
     progress: ProgressCallback | None,
+    recorded: BaseModel | None,
 ) -> TrainResult:
     train_cfg = config.train
     manifest, validation = training_splits(config.data)  # before the tracking store is created
@@ -80,7 +84,7 @@ def _train_on_ray(
     client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
     lineage = {MANIFEST_HASH_TAG: manifest.content_hash, "ray.run_name": run_name, **tags}
     end_orphaned_runs(client, config.tracking.experiment)
-    run_id = start_or_resume_run(client, config, run_name, lineage)
+    run_id = start_or_resume_run(client, config, run_name, lineage, recorded)
 
     storage_path = storage_location(train_cfg.storage_path)
     storage.check(location(storage_path))  # an unusable bucket is one line now, not a Ray error later
