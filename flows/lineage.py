@@ -5,7 +5,7 @@ A Markdown artifact rather than a table artifact: the Prefect UI renders links o
 
 from __future__ import annotations
 
-from prefect.settings import PREFECT_UI_URL
+from prefect.settings import PREFECT_UI_URL, get_current_settings
 
 from vidtx.config import PipelineConfig
 from vidtx.tracking.lineage import run_lineage
@@ -13,12 +13,18 @@ from vidtx.tracking.links import model_version_link
 from vidtx.tracking.model_registry import ModelVersionInfo
 
 LOCAL_PREFECT_UI = "http://127.0.0.1:4200"  # where `make ui` serves the Prefect UI
+V2_UI = "/v2"  # the path of Prefect's new UI
 
 
 def prefect_ui() -> str:
-    """PREFECT_UI_URL (when unset, Prefect derives it from PREFECT_API_URL without `/api`), else the
-    local UI of `make ui`."""
-    return (PREFECT_UI_URL.value() or LOCAL_PREFECT_UI).rstrip("/")
+    """The Prefect UI that a link should open: PREFECT_UI_URL (when unset, Prefect derives it from
+    PREFECT_API_URL without `/api`), else the local UI of `make ui`, in the version the server opens
+    at its root. Prefect 3.9 serves its new UI under `/v2` and opens that one at the root
+    (`server.ui.v2_enabled`, on by default), while the routes without `/v2` (`/runs/flow-run/ID`)
+    still answer with the old, dark one."""
+    base = (PREFECT_UI_URL.value() or LOCAL_PREFECT_UI).rstrip("/")
+    v2 = get_current_settings().server.ui.v2_enabled
+    return f"{base}{V2_UI}" if v2 and not base.endswith(V2_UI) else base
 
 
 def flow_run_link(flow_run_id: str) -> str:

@@ -8,6 +8,7 @@ only redo what is missing.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterator
 
 from prefect import flow, get_client, get_run_logger, task, unmapped
@@ -23,7 +24,7 @@ from vidtx.manifest import Manifest, manifest_path
 from vidtx.shard.job import plan_dataset, write_on_ray
 from vidtx.shard.plan import ShardSpec
 from vidtx.shard.synthetic import generate_dataset
-from vidtx.shard.writer import ShardResult, finalize_split, write_shard
+from vidtx.shard.writer import ShardResult, finalize_split, shard_line, split_line, write_shard
 from vidtx.storage import configure as configure_storage
 
 
@@ -36,32 +37,54 @@ class ShardedSplit(BaseModel):
     rejects: int
 
 
-@task(retries=2, retry_delay_seconds=10)
+# Each task names what it works on and logs what it did: its run's log in the Prefect UI says more
+# than Prefect's own "Finished in state Completed()".
+
+
+@task(retries=2, retry_delay_seconds=10, task_run_name="synthesize {synth.output}")
 def synthesize(synth: SynthConfig) -> str:
     """Generate the synthetic dataset unless it is there already (generation is deterministic)."""
     annotations = synth.output / "annotations.csv"
-    return str(annotations if annotations.is_file() else generate_dataset(synth))
+    if annotations.is_file():
+        get_run_logger().info(
+            "%s is there already: the synthetic dataset is not generated again", annotations
+        )
+        return str(annotations)
+    generate_dataset(synth)
+    get_run_logger().info("generated the synthetic dataset: %s", annotations)
+    return str(annotations)
 
 
-@task(retries=2, retry_delay_seconds=10)
+@task(retries=2, retry_delay_seconds=10, task_run_name="plan {shard.source}")
 def plan(shard: ShardConfig) -> list[ShardSpec]:
-    return plan_dataset(shard)  # also lists what is not sharded in ignored.jsonl
+    specs = plan_dataset(shard)  # also lists what is not sharded in ignored.jsonl
+    per_split = Counter(spec.split for spec in specs)
+    planned = ", ".join(f"{count} of {split}" for split, count in per_split.items())
+    get_run_logger().info("planned %d shards (%s) into %s", len(specs), planned, shard.output)
+    return specs
 
 
 @task(retries=2, retry_delay_seconds=10, task_run_name="write {spec.name}")
 def write(spec: ShardSpec, shard: ShardConfig) -> ShardResult:
-    return write_shard(spec, shard)  # idempotent: a finished shard is not written again
+    result = write_shard(spec, shard)  # idempotent: a finished shard is not written again
+    get_run_logger().info("%s", shard_line(result))
+    return result
 
 
 @task(task_run_name="write {shard.output} as Ray tasks")
 def write_as_ray_tasks(specs: list[ShardSpec], shard: ShardConfig) -> list[ShardResult]:
     """One Ray task per shard on the cluster; Ray runs a task again when its node is lost."""
-    return write_on_ray(specs, shard)
+    results = write_on_ray(specs, shard)
+    for result in results:
+        get_run_logger().info("%s", shard_line(result))
+    return results
 
 
 @task(retries=2, retry_delay_seconds=10, task_run_name="finalize {split}")
 def finalize(shard: ShardConfig, split: str, results: list[ShardResult]) -> Manifest:
-    return finalize_split(shard, split, results)
+    manifest = finalize_split(shard, split, results)
+    get_run_logger().info("%s; manifest %s", split_line(manifest), manifest_path(shard.output, split))
+    return manifest
 
 
 def _task_process_logging() -> None:

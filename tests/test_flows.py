@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from uuid import UUID
 
 import mlflow
 import pandas as pd
@@ -18,14 +19,23 @@ from mlflow import MlflowClient
 from prefect.cli.deploy._schedules import _construct_schedules
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import DeploymentScheduleCreate
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.client.schemas.objects import Artifact
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.flows import load_flow_from_entrypoint
 from prefect.settings import PREFECT_API_URL
 from rich.console import Console
 
-from flows.pipeline import PipelineResult
-from vidtx.config import ConfigError, PipelineConfig, dump_config, fields, load_config
+from flows.pipeline import PipelineResult, VideoPipelineConfig
+from vidtx.config import (
+    ConfigError,
+    PipelineConfig,
+    ShardConfig,
+    SynthConfig,
+    dump_config,
+    fields,
+    load_config,
+)
 from vidtx.serving.classifier import OUTPUT_COLUMNS
 from vidtx.tracking.runs import mlflow_uris
 
@@ -70,6 +80,18 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     run = tracking.get_run(summary.mlflow_run_id)
     assert "prefect.flow_run_id" in run.data.tags
     assert "eval/test/top1" in run.data.metrics
+    # The run records the configuration the pipeline was given, whole (issue 43 case 6; was: the sections
+    # training reads and defaults for the rest: synth null, shard.max_samples_per_shard 1000, ...)
+    logged = Path(tracking.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path)))
+    assert VideoPipelineConfig.model_validate(load_config(logged)) == VideoPipelineConfig.model_validate(
+        config
+    )
+    params = run.data.params
+    assert (params["synth.size"], params["shard.max_samples_per_shard"], params["registry.model_name"]) == (
+        "32",
+        "8",
+        "flow-model",
+    )
     # the registered champion is what MLflow's own tools load: a pyfunc taking encoded videos
     test_videos = sorted((config.synth.output / "test").rglob("*.mp4"))[:2]
     with mlflow_uris(uri), pytest.MonkeyPatch.context() as patch:
@@ -97,7 +119,7 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
 
     # Lineage: the train-model flow's table, and the same table plus the model version in the summary.
     flow_run_id = run.data.tags["prefect.flow_run_id"]
-    prefect_ui = PREFECT_API_URL.value().removesuffix("/api")  # the test harness's server
+    prefect_ui = PREFECT_API_URL.value().removesuffix("/api") + "/v2"  # the harness's server, its new UI
     run_page = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{summary.mlflow_run_id}"
     mlflow_run = f"[{summary.mlflow_run_id}]({run_page}{ml_view})"
     lineage = [
@@ -107,6 +129,10 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
         f"| git commit | `{run.data.tags['mlflow.source.git.commit']}` |",
     ]
     assert latest_artifact("lineage").data.splitlines()[2:] == lineage
+    # The summary sends a person to the run's experiment in the model-training view (not MLflow's
+    # root, which opens the GenAI pages) and to the Prefect UI the server opens at its root (V2).
+    experiment = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}{ml_view}"
+    assert f"  browse         {experiment} (MLflow) and {prefect_ui} (Prefect)" in render_summary(summary)
     pipeline_summary = latest_artifact("pipeline-summary").data
     model_version = f"[flow-model v1](http://127.0.0.1:5000/#/models/flow-model/versions/1{ml_view})"
     assert pipeline_summary.splitlines()[-5:] == [*lineage, f"| model version | {model_version} |"]
@@ -145,6 +171,58 @@ def test_video_pipeline_end_to_end_then_resumes(tmp_path: Path) -> None:
     assert "ray.workers: (RayTrainWorker pid=" in in_file
     # The shard flow's task processes use this run's temporary API instead of starting their own.
     assert in_file.count("Starting temporary server") == 1
+
+    # A run re-made from the logged config (under another name) is the same run: its config, its curve.
+    remade = video_pipeline(load_config(logged, ["train.run_name=remade"]))
+    again_logged = tracking.download_artifacts(remade.mlflow_run_id, "config.yaml", str(tmp_path / "remade"))
+    assert load_config(again_logged, ["train.run_name=flow-run"]) == load_config(logged)
+    first_six = sorted(
+        (p.step, p.value) for p in tracking.get_metric_history(summary.mlflow_run_id, "train/loss")
+    )
+    assert sorted(
+        (p.step, p.value) for p in tracking.get_metric_history(remade.mlflow_run_id, "train/loss")
+    ) == [(step, value) for step, value in first_six if step <= 6]
+
+
+def flow_run_log(flow_run_id: UUID) -> list[tuple[str, str]]:
+    """(task run name or "", message) of every record of the flow run, in order."""
+    with get_client(sync_client=True) as client:
+        names = {task.id: task.name for task in client.read_task_runs()}
+        records = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    return [(names.get(r.task_run_id, ""), r.message) for r in sorted(records, key=lambda r: r.timestamp)]
+
+
+def test_each_shard_dataset_task_is_named_by_what_it_works_on_and_says_what_it_did(tmp_path: Path) -> None:
+    """Issue 43 case 7: a shard-dataset run's log was identical "Finished in state Completed()" lines
+    and one vidtx line; nothing said that synthesis was skipped."""
+    from flows.shard import shard_dataset
+
+    synth = SynthConfig(output=tmp_path / "videos", classes=["moving_left", "moving_right"],
+                        videos_per_class={"train": 2, "val": 2}, num_frames=8, size=32)  # fmt: skip
+    shard = ShardConfig(
+        source=synth.output / "annotations.csv", output=tmp_path / "shards", max_samples_per_shard=2
+    )
+    for attempt in ("first", "again"):
+        state = shard_dataset(shard, synth, return_state=True)
+        lines = [
+            line
+            for line in flow_run_log(state.state_details.flow_run_id)
+            if "Finished in state" not in line[1]
+        ]
+        said = {task: message for task, message in lines if task}
+        made = "generated the synthetic dataset: " if attempt == "first" else ""
+        skipped = (
+            "" if attempt == "first" else " is there already: the synthetic dataset is not generated again"
+        )
+        assert said[f"synthesize {synth.output}"] == f"{made}{synth.output / 'annotations.csv'}{skipped}"
+        assert said[f"plan {shard.source}"] == f"planned 4 shards (2 of train, 2 of val) into {shard.output}"
+        done = "written" if attempt == "first" else "reused (complete from the same plan)"
+        for name in ("train-000000.tar", "train-000001.tar", "val-000000.tar", "val-000001.tar"):
+            assert re.fullmatch(
+                rf"{name} {re.escape(done)}: 2 samples, 0 rejected, \d+\.\d MB", said[f"write {name}"]
+            )
+        manifest = shard.output / "val.manifest.json"
+        assert said["finalize val"] == f"val: 4 samples in 2 shards, 0 rejected; manifest {manifest}"
 
 
 def pipeline_in_a_child_process(

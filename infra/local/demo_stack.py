@@ -105,8 +105,10 @@ def main(argv: list[str] | None = None) -> None:
     storage.configure(config.storage.endpoint_url, config.storage.region)
     upload_sources(config)
     flow_run_id = trigger(config)
+    from flows.lineage import flow_run_link  # Prefect, once the stack's settings are in the environment
+
     print(flow_run_id)
-    print(f"flow run on {os.environ['PREFECT_API_URL'].removesuffix('/api')}/runs/flow-run/{flow_run_id}")
+    print(f"flow run on {flow_run_link(str(flow_run_id))}")
     if not args.no_wait and not wait_and_report(flow_run_id):
         sys.exit(1)
 

@@ -12,6 +12,9 @@ MLFLOW_PORT=${MLFLOW_PORT:-5000}
 MLFLOW_DB=$(realpath -m "${MLFLOW_DB:-runs/demo/mlflow.db}")
 export PREFECT_HOME=${PREFECT_HOME:-$PWD/.prefect}
 export PREFECT_API_URL="http://127.0.0.1:${PREFECT_PORT}/api"
+# Prefect's new UI, under /v2, is the one its root opens: the links Prefect writes (the deploy log) and
+# vidtx writes (flows/lineage.py) go there, not to the old UI's routes without /v2.
+export PREFECT_UI_URL="http://127.0.0.1:${PREFECT_PORT}/v2"
 eval "$("$BIN/python" -m vidtx.env)"  # the environment defaults every vidtx entry point applies
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false  # no huey job workers on a small machine
 # Concurrency-slot leases on disk (under PREFECT_HOME), not in the server's memory: a server restart
@@ -49,8 +52,8 @@ start() {
   "$BIN/python" infra/local/flow_runs.py crash-orphans
   start_background prefect-worker "$BIN/prefect" worker start --pool vidtx-process
   cat <<MSG
-Prefect UI: http://127.0.0.1:${PREFECT_PORT}   (deployments: video-pipeline/demo, train-model/local, ...)
-MLflow UI:  http://127.0.0.1:${MLFLOW_PORT}   (tracking store: $MLFLOW_DB)
+Prefect UI: ${PREFECT_UI_URL}   (deployments: video-pipeline/demo, train-model/local, ...)
+MLflow UI:  http://127.0.0.1:${MLFLOW_PORT}/#/experiments?workflowType=machine_learning   (tracking store: $MLFLOW_DB)
 Run a flow: open Deployments -> video-pipeline/demo -> Run, or
             PREFECT_API_URL=$PREFECT_API_URL $BIN/prefect deployment run video-pipeline/demo
 Stop:       make ui-stop

@@ -148,14 +148,25 @@ def write_shard(spec: ShardSpec, cfg: ShardConfig) -> ShardResult:
     if index is not None:  # before the marker: a shard with a marker has its index
         storage.write_text(join(cfg.output, index_name(spec.name)), index.model_dump_json())
     storage.write_text(stats_path(cfg, spec), result.model_dump_json(indent=2))  # after the tar
-    log.info(
-        "%s: %d samples, %d rejected, %.1f MB",
-        spec.name,
-        result.samples,
-        len(result.rejects),
-        result.bytes / 1e6,
-    )
+    log.info("%s", shard_line(result))
     return result
+
+
+def shard_line(result: ShardResult) -> str:
+    """What `write_shard` did, in one line (the log and the shard-dataset flow's)."""
+    done = "reused (complete from the same plan)" if result.reused else "written"
+    return (
+        f"{result.name} {done}: {result.samples} samples, {len(result.rejects)} rejected, "
+        f"{result.bytes / 1e6:.1f} MB"
+    )
+
+
+def split_line(manifest: Manifest) -> str:
+    """What `finalize_split` wrote, in one line (the log and the shard-dataset flow's)."""
+    return (
+        f"{manifest.split}: {manifest.num_samples} samples in {len(manifest.shards)} shards, "
+        f"{len(manifest.rejects)} rejected"
+    )
 
 
 def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResult:
@@ -224,7 +235,5 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
         content_hash=content_hash(shards, class_names),
     )
     manifest.save(cfg.output)
-    log.info(
-        "%s: %d samples in %d shards, %d rejected", split, manifest.num_samples, len(shards), len(rejects)
-    )
+    log.info("%s", split_line(manifest))
     return manifest

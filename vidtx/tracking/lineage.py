@@ -12,7 +12,7 @@ import dataclasses
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
 from vidtx.config import PipelineConfig
-from vidtx.tracking.links import run_link
+from vidtx.tracking.links import experiment_link, run_link
 from vidtx.tracking.runs import connect, resolve_tracking_uri
 
 MANIFEST_HASH_TAG = "vidtx.manifest_hash"  # content hash of the training split's manifest
@@ -25,6 +25,7 @@ class RunLineage:
 
     mlflow_run_id: str
     mlflow_run_url: str
+    mlflow_experiment_url: str
     manifest_hash: str | None
     git_commit: str | None
     flow_run_id: str | None
@@ -37,6 +38,7 @@ def run_lineage(config: PipelineConfig, run_id: str) -> RunLineage:
     return RunLineage(
         mlflow_run_id=run_id,
         mlflow_run_url=run_link(config, run.info.experiment_id, run_id),
+        mlflow_experiment_url=experiment_link(config, run.info.experiment_id),
         manifest_hash=tags.get(MANIFEST_HASH_TAG),
         git_commit=tags.get(MLFLOW_GIT_COMMIT),
         flow_run_id=tags.get(FLOW_RUN_TAG),

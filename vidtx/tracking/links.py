@@ -4,7 +4,9 @@ MLflow 3.17's UI shows an experiment as a GenAI app (an Overview of traces and t
 model registry hidden) unless the page is asked for the model-training view: the experiment's
 `mlflow.experimentKind` tag is not consulted while the GenAI / Model training switch is shown, and
 the switch starts on GenAI in a new browser profile. So every link names the view (`WORKFLOW`) and
-goes through the experiment's route: `#/runs/<id>` redirects and drops the parameter.
+goes through the experiment's route: `#/runs/<id>` redirects and drops the parameter. The UI's root
+opens the GenAI pages too (traces, costs, an Assistant panel): nothing vidtx prints sends a person
+there, but to an experiment, run or model version (`make ui` names the experiments' list).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ def mlflow_ui(config: PipelineConfig) -> str:
         return config.tracking.ui_url.rstrip("/")
     uri = resolve_tracking_uri(config)
     return uri.rstrip("/") if uri.startswith(("http://", "https://")) else LOCAL_MLFLOW_UI
+
+
+def experiment_link(config: PipelineConfig, experiment_id: str) -> str:
+    """The experiment's page: its runs in the model-training view."""
+    return f"{mlflow_ui(config)}/#/experiments/{experiment_id}?{WORKFLOW}"
 
 
 def run_link(config: PipelineConfig, experiment_id: str, run_id: str) -> str:
