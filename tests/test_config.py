@@ -1,3 +1,4 @@
+import json
 import re
 import shutil
 import time
@@ -249,3 +250,50 @@ def test_a_sections_config_holds_the_sections_its_command_reads_and_gives_back_a
     assert back.shard == PipelineConfig().shard  # not read by evaluate: its default
     with pytest.raises(ValidationError, match="shard"):
         evaluate.model_validate({"shard": {"output": "x"}})  # a section it does not read is refused
+
+
+def form_properties(schema: dict, node: dict, path: str = "") -> Iterator[tuple[str, dict]]:
+    """(dotted key, property as Prefect's form merges it: its `$ref`'s definition under its own keys) of
+    every property of a parameters model's JSON schema, sections' fields included."""
+    for key, prop in node.get("properties", {}).items():
+        options = prop.get("anyOf", [])
+        ref = next((o["$ref"] for o in [prop, *options] if "$ref" in o), None)
+        definition = schema["$defs"][ref.rpartition("/")[2]] if ref else {}
+        yield f"{path}{key}", {**definition, **prop}
+        yield from form_properties(schema, definition, f"{path}{key}.")
+
+
+def test_the_run_forms_schema_has_titles_plain_text_no_none_tabs_and_dict_defaults() -> None:
+    """What Prefect's run form draws from a flow's parameters (vidtx.config.sections says how each
+    shape renders): titles, not class names; plain descriptions; a nullable value its own input."""
+    from prefect.utilities.schema_tools.validation import validate
+
+    from vidtx.config.sections import sections_config
+
+    model = sections_config("pipeline", "PipelineOnly", "Everything.")
+    schema = model.model_json_schema()
+    props = dict(form_properties(schema, schema))
+    titled = ("data", "train.cluster", "data.cache_gb", "train.optimizer.lr")
+    assert [props[key]["title"] for key in titled] == ["Data", "Cluster", "Cache GB", "LR"]
+    assert not [key for key, prop in props.items() if "Config" in prop["title"]]
+    assert "`" not in json.dumps(schema)
+    assert props["data"]["description"].startswith("Reading shards into uint8 clip batches")  # its summary
+    # `X | None = None`: X alone, no default (Prefect's server takes null for it), "empty" for None
+    assert props["train.global_batch_size"] == {
+        "title": "Global Batch Size", "type": "integer", "minimum": 1,
+        "description": "Clips per optimizer step over all workers (empty: no accumulation).",
+    }  # fmt: skip
+    nullable = sorted(key for key, prop in props.items() if {"type": "null"} in prop.get("anyOf", []))
+    assert nullable == ["shard.reencode", "synth"]  # sections keep their tabs, None the default
+    assert [o.get("title") for o in props["synth"]["anyOf"]] == ["Synth", None]  # the tabs
+    assert props["synth"]["default"] is None
+    dicts = ("synth.videos_per_class", "model.options", "train.deepspeed", "train.cluster.runtime_env")
+    assert [props[key]["default"] for key in dicts] == [{"train": 48, "val": 12, "test": 12}, {}, {}, {}]
+    # validation is the models' own; Prefect's server still takes what it took (nulls) and refuses the rest
+    dumped = model.model_validate(PipelineConfig(), from_attributes=True).model_dump(mode="json")
+    assert model.model_validate(dumped).pipeline() == PipelineConfig()
+    prefect_schema = json.loads(json.dumps(schema).replace("$defs", "definitions"))  # as Prefect keeps it
+    assert not validate(dumped, prefect_schema)
+    assert not validate({"train": {"global_batch_size": None}, "data": {"cache_dir": None}}, prefect_schema)
+    assert validate({"train": {"global_batch_size": "8"}}, prefect_schema)
+    assert validate({"train": {"global_batch_size": 0}}, prefect_schema)

@@ -103,6 +103,7 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
 
     assert CHROMIUM, "Debian's chromium is needed: apt-get install chromium"
     config = pipeline_config(tmp_path / "run", stack.env["MLFLOW_DB"])
+    config.tracking.ui_url = stack.mlflow_url  # the links vidtx writes open this stack's MLflow UI
     shard_run = run_deployment(
         stack,
         "shard-dataset/local",
@@ -123,7 +124,7 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
         # each flow's run form shows the sections that flow reads, and says what it is
         for deployment, summary, shown, hidden in FORMS:
             form = browser.new_page()  # a fresh page, as a person opening Deployments -> Run -> Custom run
-            form.goto(f"{stack.prefect_url}/deployments/deployment/{stack.deployment_id(deployment)}/run")
+            form.goto(f"{stack.prefect_url}/v2/deployments/deployment/{stack.deployment_id(deployment)}/run")
             expect(form.get_by_text(summary).first).to_be_visible(timeout=60_000)
             for section in shown:
                 expect(form.get_by_text(f"{section} (Optional)", exact=True).first).to_be_visible()
@@ -132,13 +133,37 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
             if deployment != "video-pipeline/demo":  # described as what it is, not the pipeline
                 expect(form.get_by_text("the whole pipeline")).to_have_count(0)
             form.close()
-        page.goto(f"{stack.prefect_url}/runs/flow-run/{shard_run}")
+        # the shard-dataset run's log: each task says what it did (issue 43 case 7)
+        page.goto(f"{stack.prefect_url}/v2/runs/flow-run/{shard_run}")
         expect(page.get_by_text("Completed").first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text(re.compile(r"^planned \d+ shards")).first).to_be_visible(timeout=60_000)
+        expect(page.get_by_text(re.compile(r"^train-000000\.tar (written|reused)")).first).to_be_visible()
+        expect(page.get_by_text("generated the synthetic dataset", exact=False).first).to_be_visible()
+        # the flow-run link vidtx writes into the lineage opens the new UI (its root's), not the old one
+        (flow_run_link,) = re.findall(
+            r"\| Prefect flow run \| \[[^]]+\]\(([^)]+)\)", stack.artifact("lineage")
+        )
+        assert flow_run_link.startswith(f"{stack.prefect_url}/v2/runs/flow-run/"), flow_run_link
+        lineage = browser.new_page()
+        lineage.goto(flow_run_link)
+        expect(lineage.get_by_text("Switch to V1 UI")).to_be_visible(timeout=60_000)  # the new UI's sidebar
+        expect(lineage).to_have_url(re.compile(re.escape(flow_run_link)))  # (a tab may be added)
         page.goto(f"{stack.mlflow_url}/#/models/vidtx-ui-test")
         expect(page.get_by_text("champion").first).to_be_visible(timeout=60_000)
+        # what make ui prints and the pipeline's summary says to open in MLflow, each in a fresh profile:
+        # the model-training view, not the GenAI pages (traces, costs) MLflow's root opens
+        (printed,) = re.findall(r"MLflow UI: +(\S+)", stack.printed)
+        (experiment_link,) = re.findall(
+            r"- browse: (?:make ui, then )?(\S+) \(MLflow\)", stack.artifact("pipeline-summary")
+        )
+        for link in (printed, experiment_link):
+            opened = browser.new_context().new_page()
+            opened.goto(link)
+            expect(opened.get_by_text("Model registry").first).to_be_visible(timeout=60_000)
+            expect(opened.get_by_text("Total Cost")).to_have_count(0)
+            expect(opened).to_have_url(re.compile(r"workflowType=machine_learning"))
         # vidtx's link to the training run, in a fresh profile: the model-training view (the registry
         # shown), not MLflow's GenAI view, which a new browser otherwise starts on.
-        config.tracking.ui_url = stack.mlflow_url
         client = connect(resolve_tracking_uri(config))
         experiment = client.get_experiment_by_name(config.tracking.experiment)
         (trained,) = client.search_runs([experiment.experiment_id])  # the pipeline's training run
@@ -156,6 +181,38 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
     _, alive = psutil.wait_procs(started, timeout=30)
     assert not alive, [process.name() for process in alive]
     assert not any(listening(port) for port in stack.ports)
+
+
+def test_train_models_run_form_in_the_ui_prefects_root_opens_reads_plainly(stack: Stack) -> None:
+    """train-model/local -> Run -> Custom run in the new UI (under /v2, where Prefect's root goes), as a
+    newcomer reads it: sections and fields by name, not class; no type tabs of None, no raw backticks;
+    a nullable value an empty input, a dict its default; shorter than the 9,178 px it was."""
+    from playwright.sync_api import expect, sync_playwright
+
+    assert CHROMIUM, "Debian's chromium is needed: apt-get install chromium"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        form = browser.new_page(viewport={"width": 1280, "height": 900})
+        form.goto(stack.prefect_url)
+        expect(form).to_have_url(re.compile(r"/v2/"), timeout=60_000)
+        deployment = stack.deployment_id("train-model/local")
+        form.goto(f"{stack.prefect_url}/v2/deployments/deployment/{deployment}/run")
+        expect(form.get_by_text("One training run").first).to_be_visible(timeout=60_000)
+        for section in [*RUN_SECTIONS, "Cluster", "Optimizer", "Schedule"]:
+            expect(form.get_by_text(f"{section} (Optional)", exact=True)).to_have_count(1)
+        expect(form.locator("label").filter(has_text=re.compile(r"Config\b"))).to_have_count(0)
+        expect(form.get_by_text('Property is type "None"')).to_have_count(0)
+        assert "`" not in form.inner_text("body")
+        # a nullable value empty (None), the deployment's value, a default
+        expect(form.get_by_label("Global Batch Size (Optional)", exact=True)).to_have_value("")
+        expect(form.get_by_label("Max Steps (Optional)", exact=True)).to_have_value("1200")
+        expect(form.get_by_label("Cache GB (Optional)", exact=True)).to_have_value("50")
+        for name in ["Options", "Runtime Env", "DeepSpeed"]:  # a dict: a JSON editor holding its default
+            label = form.get_by_text(f"{name} (Optional)", exact=True)
+            expect(form.locator("div.group", has=label).last.locator(".cm-content")).to_have_text("{}")
+        height = form.evaluate("document.documentElement.scrollHeight")
+        assert height < 9_000, height  # 9,178 px before vidtx.config.sections shaped the schema, 8,640 after
+        browser.close()
 
 
 def test_a_run_whose_worker_was_killed_is_crashed_and_frees_the_training_slot(

@@ -14,8 +14,12 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,9 +42,11 @@ class Stack:
     ports: tuple[int, int]
     state: Path
     env: dict[str, str]
+    printed: str  # what `ui.sh start` printed
 
-    def deployment_id(self, name: str) -> str:
-        """The id of deployment `name` (`flow/deployment`) on this stack's Prefect server."""
+    @contextlib.contextmanager
+    def prefect(self) -> Iterator[SyncPrefectClient]:
+        """A client of this stack's Prefect server."""
         from prefect.client.orchestration import get_client
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -48,7 +54,19 @@ class Stack:
             temporary_settings({PREFECT_API_URL: f"{self.prefect_url}/api"}),
             get_client(sync_client=True) as client,
         ):
+            yield client
+
+    def deployment_id(self, name: str) -> str:
+        """The id of deployment `name` (`flow/deployment`) on this stack's Prefect server."""
+        with self.prefect() as client:
             return str(client.read_deployment_by_name(name).id)
+
+    def artifact(self, key: str) -> str:
+        """The newest artifact `key`'s data."""
+        with self.prefect() as client:
+            return str(
+                max((a for a in client.read_artifacts() if a.key == key), key=lambda a: a.created).data
+            )
 
     def processes(self) -> list[psutil.Process]:
         """What `ui.sh start` started (from its pid files) and everything below."""
@@ -85,7 +103,7 @@ def started_stack(tmp_path: Path) -> Iterator[Stack]:
     started = ui_sh(env, "start")
     stack = Stack(
         f"http://127.0.0.1:{prefect_port}", f"http://127.0.0.1:{mlflow_port}", (prefect_port, mlflow_port),
-        tmp_path / "ui", env,
+        tmp_path / "ui", env, started.stdout,
     )  # fmt: skip
     try:
         assert started.returncode == 0, started.stderr[-3000:]

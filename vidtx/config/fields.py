@@ -27,7 +27,7 @@ _JSON = TypeAdapter(Any)
 ROOT = "pipeline"  # the section of the top-level scalars (`name`, `workdir`)
 
 
-def _section_model(annotation: Any) -> type[BaseModel] | None:
+def section_model(annotation: Any) -> type[BaseModel] | None:
     """The section class a field holds (`SynthConfig | None` -> SynthConfig), None for a value."""
     for arg in typing.get_args(annotation) or (annotation,):
         if isinstance(arg, type) and issubclass(arg, BaseModel):
@@ -37,7 +37,7 @@ def _section_model(annotation: Any) -> type[BaseModel] | None:
 
 SECTIONS: tuple[str, ...] = (
     ROOT,
-    *(name for name, field in PipelineConfig.model_fields.items() if _section_model(field.annotation)),
+    *(name for name, field in PipelineConfig.model_fields.items() if section_model(field.annotation)),
 )
 _RUN = (ROOT, "storage", "tracking")
 COMMAND_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -85,12 +85,12 @@ def settings(sections: Iterable[str] | None = None) -> list[Setting]:
 
 def section_summary(section: str) -> str:
     """The first line of a section's docstring, without its "`name`: " prefix."""
-    return _summary(
-        PipelineConfig if section == ROOT else _section_model(PipelineConfig.model_fields[section].annotation)
+    return model_summary(
+        PipelineConfig if section == ROOT else section_model(PipelineConfig.model_fields[section].annotation)
     )
 
 
-def _summary(model: type[BaseModel] | None) -> str:
+def model_summary(model: type[BaseModel] | None) -> str:
     first_line = (model.__doc__ or "").strip().splitlines()[0] if model else ""
     summary = first_line.split(": ", 1)[1] if first_line.startswith("`") else first_line
     return summary[:1].upper() + summary[1:]
@@ -109,11 +109,11 @@ def nearby(key: str) -> list[str]:
 def _walk(model: type[BaseModel], prefix: str) -> Iterator[Setting]:
     for name, field in model.model_fields.items():
         key = prefix + name
-        if (section := _section_model(field.annotation)) is None:
+        if (section := section_model(field.annotation)) is None:
             yield Setting(key, *_type_of(field.annotation), _yaml(field), field.description or "")
             continue
         if type(None) in typing.get_args(field.annotation):  # an optional section: null turns it off
-            summary = field.description or _summary(section)
+            summary = field.description or model_summary(section)
             yield Setting(key, "section | None", (), _yaml(field), summary)
         yield from _walk(section, f"{key}.")
 
