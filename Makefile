@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 
-.PHONY: install demo test docs test-ui lint format bench ui ui-stop serve stack stack-stop demo-stack s3 clean
+.PHONY: install demo test test-fast docs test-ui lint format bench ui ui-stop serve stack stack-stop demo-stack s3 clean
 
 install: $(STAMP)
 
@@ -32,6 +32,14 @@ test: install
 	$(BIN)/ruff format --check .
 	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The loop for working: every test but the slow ones (those that start Ray, DeepSpeed, Prefect, MLflow,
+# the S3 server or the stack), at most 8 minutes; docs/development.md says which slow modules to run
+# for which area. `make test` (CI) runs everything.
+test-fast: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The docs site (mkdocs.yml, docs/) into runs/site/: --strict fails on any warning, a broken internal
 # link or anchor included; the configuration reference is generated from the schema (docs/hooks/).

@@ -295,3 +295,41 @@ def registered_model(tiny_config: PipelineConfig, tmp_path_factory: pytest.TempP
     client = connect(f"sqlite:///{workdir}/mlflow.db")
     register(model, config, result, client=client, run_id=start_or_resume_run(client, config, "predict"))
     return client.tracking_uri
+
+
+# --- the suite's time: the slowest tests, every phase counted ------------------------------------
+
+SLOWEST_SHOWN = 15
+_seconds_per_test: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _seconds_per_test[report.nodeid] = _seconds_per_test.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The slowest tests with their setup and teardown (a module's fixture counts where it is paid):
+    `.ci/run` prints them again beside the wall time, so that creep shows in every CI log."""
+    slowest = sorted(_seconds_per_test.items(), key=lambda item: item[1], reverse=True)[:SLOWEST_SHOWN]
+    terminalreporter.write_sep("=", f"the {len(slowest)} slowest tests (setup + call + teardown)")
+    for nodeid, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
+
+
+# --- DeepSpeed engines in the test's own process (tests/engines.py) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def single_process_group() -> Iterator[None]:
+    """DeepSpeed outside Ray needs the torch.distributed rendezvous variables (else it tries MPI)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port()),
+            "DS_ACCELERATOR": "cpu",
+        }.items():
+            patch.setenv(name, value)
+        yield

@@ -1,6 +1,7 @@
 """Cancelling a run from Prefect, as the UI's Cancel button does, through `make ui`'s real server and
 process worker: the run ends Cancelled all the way up, nothing of it Crashed, and its log says what
-vidtx stopped."""
+vidtx stopped. While it trains, nothing of `make ui` listens beyond loopback: its Prefect server, MLflow
+UI and worker, and the flow run's process with its local Ray and Ray Train workers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from prefect.client.schemas.sorting import LogSort
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Cancelling
+from sockets import exposed, listening_sockets
 from ui_stack import started_stack
 
 from flows.pipeline import VideoPipelineConfig
@@ -49,6 +51,7 @@ def test_cancelling_the_pipeline_while_it_trains_ends_every_run_cancelled_with_v
             return bool(tracking.search_runs(experiments, "metrics.`train/loss` > 0"))
 
         wait_until(training_steps_logged, 600, "training logged its first steps")
+        listening = listening_sockets({process.pid for process in stack.processes()})
         with get_client(sync_client=True) as client:
             client.set_flow_run_state(pipeline.id, Cancelling())  # what the UI's Cancel button sends
             wait_until(lambda: client.read_flow_run(pipeline.id).state.is_final(), 180, "the run ended")
@@ -61,6 +64,10 @@ def test_cancelling_the_pipeline_while_it_trains_ends_every_run_cancelled_with_v
         (mlflow_run,) = tracking.search_runs([e.experiment_id for e in tracking.search_experiments()])
         leftover_ray = [p.name() for p in stack.processes() if p.name() in ("raylet", "gcs_server")]
 
+    for port in stack.ports:  # the Prefect server's and the MLflow UI's
+        assert f"tcp 127.0.0.1:{port}" in listening, listening
+    assert {"gcs_server", "raylet"} <= {name for names in listening.values() for name in names}, listening
+    assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
     # no Crashed anywhere: the pipeline, its train-model subflow and the training task ended Cancelled
     assert all("Crashed" not in history for history in states.values()), states
     assert states[pipeline.name][-3:] == ["Running", "Cancelling", "Cancelled"], states[pipeline.name]

@@ -19,7 +19,6 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 from sockets import exposed, listening_sockets, process_tree
-from ui_stack import started_stack
 
 from vidtx.config import DataConfig, PipelineConfig, load_config
 from vidtx.data.loader import build_eval_loader
@@ -163,16 +162,6 @@ def test_the_test_sessions_ray_listens_on_loopback_only(ray_instance: None) -> N
     ]
     listening = listening_sockets({pid for child in rays for pid in process_tree(child.pid)})
     assert {"gcs_server", "raylet"} <= {name for names in listening.values() for name in names}, listening
-    assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
-
-
-@pytest.mark.slow
-def test_make_ui_listens_on_loopback_only(tmp_path: Path) -> None:
-    """`make ui`'s Prefect server, MLflow UI and process worker, and what they started."""
-    with started_stack(tmp_path) as stack:
-        listening = listening_sockets({process.pid for process in stack.processes()})
-    for port in stack.ports:
-        assert f"tcp 127.0.0.1:{port}" in listening, listening
     assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
 
 

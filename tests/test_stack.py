@@ -1,6 +1,10 @@
 """`make stack`: PostgreSQL, the S3 server, MLflow, Prefect and a two-node Ray cluster as real processes on
-this machine, with authentication on: anonymous requests are refused, the env file's credentials work,
-no secret reaches a log, and `stop` ends exactly what `start` started."""
+this machine, with authentication on, and the demo pipeline across it as `make demo-stack` runs it.
+One stack for the module, in this order: anonymous requests are refused and the env file's
+credentials work, no secret reaches a log, nothing listens beyond loopback; then one pipeline run
+through the Prefect API that meets the faults a team meets (the MLflow server restarted mid-training,
+the Prefect worker killed mid-training and the run retried, PostgreSQL restarted), checked through the
+services' own APIs; last, `stop` ends exactly what `start` started."""
 
 from __future__ import annotations
 
@@ -14,7 +18,21 @@ import psutil
 import pytest
 from botocore.exceptions import ClientError
 from sockets import exposed, listening_sockets, process_tree
-from stack_services import basic, client_run, running_stack, stack_command, status
+from stack_services import (
+    Services,
+    Stack,
+    assert_trained_once,
+    basic,
+    client_run,
+    demo_stack,
+    finished,
+    running_stack,
+    stack_command,
+    status,
+    wait_until,
+)
+
+from infra.local.processes import end_tree
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +40,7 @@ SERVICES = ("s3", "mlflow", "prefect-server", "ray-head", "ray-worker", "prefect
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str], dict[str, int]]]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """One stack for the module (the last test stops it): its folder, env file and ports."""
     yield from running_stack(tmp_path_factory)
 
@@ -99,6 +117,105 @@ def test_every_service_ray_included_listens_on_loopback_only(stack) -> None:
     assert {"postgres", "gcs_server", "raylet"} <= names, names
     assert sum("raylet" in owners for owners in listening.values()) >= 4  # 2 nodes: node and object managers
     assert exposed(listening) == {}
+
+
+# --- the pipeline across the stack, and the faults it meets -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """video-pipeline/stack run through the Prefect API, as `make demo-stack` runs it, meeting two
+    faults mid-training: the MLflow server restarted once the training has logged its first steps, then,
+    once a checkpoint is in the bucket, the Prefect worker killed with its flow-run process (a lost
+    machine), started again, and the crashed run retried as the UI's Retry does. The flow run's id and
+    the training run's name."""
+    folder, env, ports = stack
+    services = Services(env)
+    flow_run_id = demo_stack(folder, tmp_path_factory.mktemp("demo"))
+    run_name = f"stack-demo-{flow_run_id}"
+    run = wait_until("the training logs a step", lambda: (r := services.training_run(run_name)) and services.steps(r["info"]["run_id"]), 900)  # fmt: skip
+    assert run
+    restarted = stack_command(folder, "restart mlflow", ports)
+    assert restarted.returncode == 0, restarted.stderr
+    wait_until("a checkpoint in the bucket", lambda: any("checkpoint" in k for k in services.keys("vidtx", f"ray/{run_name}/")), 900)  # fmt: skip
+    assert services.flow_run_state(flow_run_id) == "RUNNING"  # killed mid-training, not after it
+    (worker,) = (folder / "pids").glob("*-prefect-worker.pid")
+    end_tree(int(worker.read_text()), kill=True)  # the worker and its flow-run process: a lost machine
+    restarted = stack_command(folder, "restart prefect-worker", ports)
+    assert restarted.returncode == 0, restarted.stderr
+    assert services.flow_run_state(flow_run_id) == "CRASHED"
+    # Retry, as the UI's button does: the same flow run, so the same training run name
+    services.prefect(f"/flow_runs/{flow_run_id}/set_state", {"state": {"type": "SCHEDULED", "name": "AwaitingRetry"}, "force": True})  # fmt: skip
+    assert finished(services, flow_run_id) == "COMPLETED"
+    return flow_run_id, run_name
+
+
+def test_the_pipeline_runs_across_the_stack_through_an_mlflow_restart_and_a_killed_worker(
+    stack: Stack, pipeline_run: tuple[str, str]
+) -> None:
+    """Once trained, every step logged once into the one MLflow run, FINISHED, though its server was
+    restarted and the worker that ran the flow was lost mid-training; the retry did not train beside
+    the Ray Job that kept training on the cluster."""
+    folder, env, _ = stack
+    services = Services(env)
+    _flow_run_id, run_name = pipeline_run
+    run = assert_trained_once(services, run_name)
+    assert run["data"]["tags"]  # the lineage tags of the flow run
+    # the shards and checkpoints are in the bucket, the model's artifacts behind the MLflow server
+    shards = services.keys("vidtx", "shards/synthetic/")
+    assert any(key.endswith(".tar") for key in shards)
+    assert any(key.endswith("manifest.json") for key in shards)
+    assert any("checkpoint" in key for key in services.keys("vidtx", f"ray/{run_name}/"))
+    champion = services.mlflow("registered-models/alias", name="vidtx-xvit-stack", alias="champion")
+    assert champion["model_version"]["run_id"] == run["info"]["run_id"]
+    assert any(key.endswith("MLmodel") for key in services.keys("mlflow-artifacts"))
+    # no node read a shard from a local path: the nodes' temporary folder (both share the head's) has none
+    assert list((folder / "ray").rglob("*.tar")) == []
+    # the training ran on both Ray nodes as a Ray Job, which the retry followed while it trained (or,
+    # had it finished, resumed from its last checkpoint in a new one)
+    jobs = [
+        job for job in services.ray_jobs() if (job.get("metadata") or {}).get("vidtx.run_name") == run_name
+    ]
+    assert jobs
+    assert {job["status"] for job in jobs} == {"SUCCEEDED"}, jobs
+
+
+def test_no_secret_reaches_mlflow_prefect_ray_the_manifests_or_a_log(
+    stack: Stack, pipeline_run: tuple[str, str]
+) -> None:
+    folder, env, _ = stack
+    services = Services(env)
+    flow_run_id, run_name = pipeline_run
+    settings = json.loads((folder / "secrets.json").read_text())
+    secrets = [v for v in settings.values() if isinstance(v, str)] + list(settings["s3"].values())
+    run = services.training_run(run_name)
+    seen = {
+        "MLflow params and tags": json.dumps(run["data"]),
+        "Prefect flow runs": json.dumps(services.prefect("/flow_runs/filter", {})),
+        "Prefect artifacts": json.dumps(services.prefect("/artifacts/filter", {})),
+        "Ray jobs": json.dumps(services.ray_jobs()),
+        **{key: services.s3.get_object(Bucket="vidtx", Key=key)["Body"].read().decode()
+           for key in services.keys("vidtx", "shards/") if key.endswith(".json")},
+        **{str(log): log.read_text(errors="replace")
+           for log in [*(folder / "logs").glob("*.log"), *(folder / "ray").rglob("*.log"), *(folder / "ray").rglob("*.out"),
+                       *(folder / "ray").rglob("*.err")] if log.is_file()},
+    }  # fmt: skip
+    assert len(seen) > 10
+    assert flow_run_id in seen["Prefect flow runs"]
+    assert {where for where, text in seen.items() for secret in secrets if secret in text} == set()
+
+
+def test_the_services_reconnect_after_postgresql_restarts(
+    stack: Stack, pipeline_run: tuple[str, str]
+) -> None:
+    folder, env, ports = stack
+    restarted = stack_command(folder, "restart postgres", ports)
+    assert restarted.returncode == 0, restarted.stderr
+    searches = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/experiments/search?max_results=5"
+    mlflow_login = basic(f"admin:{env['MLFLOW_TRACKING_PASSWORD']}")
+    wait_until("MLflow answers from PostgreSQL", lambda: status(searches, mlflow_login) == 200, 60, every=1)
+    flow_run = f"{env['PREFECT_API_URL']}/flow_runs/{pipeline_run[0]}"
+    wait_until("Prefect answers from PostgreSQL", lambda: status(flow_run, basic(env["PREFECT_API_AUTH_STRING"])) == 200, 60, every=1)  # fmt: skip
 
 
 def test_stop_ends_exactly_what_start_started_and_keeps_the_data(stack) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.local.postgres import Postgres
-from infra.local.processes import end_tree, spawn, wait_for_http, wait_for_ray_nodes
+from infra.local.processes import end_tree, end_trees, spawn, wait_for_http, wait_for_ray_nodes
 from infra.local.s3_server import create_user, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -260,10 +260,12 @@ class Stack:
                 "--num-cpus=1", *(f"{option}={free_port()}" for option in local_ports), *args]  # fmt: skip
 
     def stop(self) -> list[str]:
-        """End what `start` started, last started first: SIGTERM to each process tree, then SIGKILL."""
+        """End what `start` started, last started first: SIGTERM to each process tree, then SIGKILL to
+        what is left of them after one wait."""
+        pidfiles = sorted(self.pids.glob("*.pid"), reverse=True)
+        end_trees([int(pidfile.read_text()) for pidfile in pidfiles])
         stopped = []
-        for pidfile in sorted(self.pids.glob("*.pid"), reverse=True):
-            end_tree(int(pidfile.read_text()))
+        for pidfile in pidfiles:
             pidfile.unlink()
             stopped.append(pidfile.stem.split("-", 1)[1])
         if Postgres(self.folder).stop():
