@@ -1,7 +1,5 @@
 """DeepSpeed checkpoints of every ZeRO stage consolidate into a plain fp32 state dict."""
 
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,31 +9,9 @@ from torch import nn
 from vidtx.config import TrainConfig
 from vidtx.train.checkpoint import TAG, consolidated_state_dict
 from vidtx.train.deepspeed_config import build_deepspeed_config
-from vidtx.train.optim import build_optimizer
+from vidtx.train.optim import build_optimizer, build_scheduler
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def single_process_group() -> Iterator[None]:
-    """DeepSpeed outside Ray needs the torch.distributed rendezvous variables (else it tries MPI)."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in {
-            "RANK": "0",
-            "WORLD_SIZE": "1",
-            "LOCAL_RANK": "0",
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port()),
-            "DS_ACCELERATOR": "cpu",
-        }.items():
-            patch.setenv(name, value)
-        yield
 
 
 class Net(nn.Module):
@@ -63,7 +39,10 @@ def test_consolidated_state_dict_matches_engine(
     initial = model.body[0].weight.detach().clone()
     train = TrainConfig(num_workers=1, micro_batch_size=4, zero_stage=stage, precision=precision)
     optimizer = build_optimizer(model, train.optimizer.model_copy(update={"name": "adamw", "lr": 1e-2}))
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=build_deepspeed_config(train))
+    scheduler = build_scheduler(optimizer, train.schedule, train.max_steps)  # saved in the checkpoint too
+    engine, *_ = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=build_deepspeed_config(train)
+    )
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     inputs = torch.randn(4, 6)
     for _ in range(3):

@@ -45,13 +45,15 @@ def lr_factor(step: int, cfg: ScheduleConfig, max_steps: int) -> float:
 
 
 class WarmupCosine:
-    """Picklable LR lambda (DeepSpeed saves the scheduler state in its checkpoints)."""
+    """Picklable LR lambda. DeepSpeed saves the scheduler's state, this object's attributes included,
+    in every checkpoint (for ZeRO-0 in the weights file): plain numbers, which `torch.load` with
+    `weights_only=True` reads, where a ScheduleConfig made it refuse the file."""
 
     def __init__(self, cfg: ScheduleConfig, max_steps: int) -> None:
-        self.cfg, self.max_steps = cfg, max_steps
+        self.schedule, self.max_steps = cfg.model_dump(), max_steps
 
     def __call__(self, step: int) -> float:
-        return lr_factor(step, self.cfg, self.max_steps)
+        return lr_factor(step, ScheduleConfig(**self.schedule), self.max_steps)
 
 
 def build_scheduler(
