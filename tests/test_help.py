@@ -116,8 +116,11 @@ def test_at_any_width_from_80_every_setting_reads_whole(name: str, columns: int)
     lines = [line.strip("│ ") for line in text.splitlines()]
     words = " ".join(" ".join(lines).split())
     for setting in settings(COMMAND_SECTIONS[name]):
-        head = re.compile(rf"{re.escape(setting.key)}\s+{re.escape(setting.kind)}(\s+|$)")
-        (row,) = [i for i, line in enumerate(lines) if head.match(line)]  # key, type or choices whole
-        default = head.sub("", lines[row], count=1) or lines[row + 1]  # beside them, or on the next line
-        assert re.match(rf"(default )?{re.escape(setting.default)}(\s|$)", default), setting.key
+        (row,) = [
+            i for i, line in enumerate(lines) if re.match(rf"{re.escape(setting.key)}(\s{{2,}}|$)", line)
+        ]
+        # the key, then its type or choices and its default, each whole: beside it, or on lines below it
+        cells = [cell for line in lines[row : row + 3] for cell in re.split(r"\s{2,}", line) if cell]
+        assert cells[:2] == [setting.key, setting.kind], setting.key
+        assert cells[2] in (setting.default, f"default {setting.default}"), setting.key
         assert " ".join(setting.description.split()) in words, setting.key

@@ -37,17 +37,19 @@ def settings_table(rows: Iterable[Setting]) -> Table:
 
 
 def settings_list(rows: Iterable[Setting], width: int) -> Group:
-    """Each setting as a line of key, type or choices and default (the default on a line of its own
-    where they do not fit `width`), its description indented below."""
+    """Each setting as its key, type or choices and default, on one line where they fit `width` (else
+    each that does not fit on an indented line of its own), its description indented below."""
     lines: list[RenderableType] = []
+    indent = " " * 4
     for row in rows:
-        head = Text.assemble((row.key, "bold cyan"), "  ", (row.kind, "yellow"))
-        default = f"default {row.default}"
-        if head.cell_len + 2 + len(default) <= width:
-            lines.append(Text.assemble(head, "  ", default))
-        else:
-            lines += [head, Padding(Text(default), (0, 0, 0, 4))]
-        lines.append(Padding(Text(row.description), (0, 0, 0, 4)))
+        line = Text(row.key, style="bold cyan")
+        for cell in (Text(row.kind, style="yellow"), Text(f"default {row.default}")):
+            if line.cell_len + 2 + cell.cell_len <= width:
+                line.append_text(Text("  ") + cell)
+            else:
+                lines.append(line)
+                line = Text(indent) + cell
+        lines += [line, Padding(Text(row.description), (0, 0, 0, len(indent)))]
     return Group(*lines)
 
 
