@@ -37,8 +37,26 @@ def test_activations_are_measured_and_grow_with_the_frames() -> None:
 
 
 SYNTHETIC = plan.ModelFootprint(
-    "synthetic", num_params=100_000_000, depth=12, activation_bytes_per_clip=2**30, train_flops_per_clip=1e12
-)
+    "synthetic", num_params=100_000_000, depth=12, activation_bytes_per_clip=2**30, train_flops_per_clip=1e12,
+    block_activation_bytes_per_clip=2**30 / 12,
+)  # fmt: skip
+
+
+def test_activation_checkpointing_is_accounted_for() -> None:
+    """With every block checkpointed, the forward keeps the blocks' inputs only, and the backward
+    recomputes one block's activations on top: a larger micro-batch fits."""
+    sizes = ["model.name=xvit_tiny", "data.crop_size=56", "data.num_frames=8"]
+    plain = plan.ModelFootprint.measure(load_config(None, sizes))
+    checkpointed = plan.ModelFootprint.measure(
+        load_config(None, [*sizes, "train.activation_checkpointing=1"])
+    )
+    assert (plain.recomputes, checkpointed.recomputes) == (False, True)
+    assert checkpointed.block_activation_bytes_per_clip == plain.block_activation_bytes_per_clip
+    assert checkpointed.activation_bytes_per_clip < 0.4 * plain.activation_bytes_per_clip
+    block = plain.block_activation_bytes_per_clip
+    assert plain.step_activation_bytes(4) == 4 * (plain.activation_bytes_per_clip + block)
+    assert checkpointed.step_activation_bytes(4) == 4 * (checkpointed.activation_bytes_per_clip + 2 * block)
+    assert checkpointed.step_activation_bytes(4) < plain.step_activation_bytes(4)
 
 
 def test_plans_fill_the_global_batch_within_the_memory() -> None:

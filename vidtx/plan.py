@@ -18,7 +18,9 @@ Memory per GPU = model states + activations + a fixed reserve:
   tensors (torch's FakeTensorMode): the CPU's kernels are chosen and every shape and storage is
   real, but nothing is computed, so a B/16 at 16x224 is measured in a second. The fused attention
   keeps no (S, S) matrix, so this grows linearly with the micro-batch. The backward pass holds the
-  gradients of one block's activations on top (one depth-th more).
+  gradients of one block's activations on top (one depth-th more). With activation checkpointing
+  (`train.activation_checkpointing`) the forward runs checkpointed, so only what it keeps is counted,
+  and the backward pass recomputes one checkpointed block's activations on top (another depth-th).
 - The reserve covers the CUDA context, cuBLAS and NCCL workspaces and allocator fragmentation, and
   plans use at most 90% of a GPU: planning allowances, not measurements. Check a real run's peak
   (`torch.cuda.max_memory_allocated`) before you trust the last GiB.
@@ -101,8 +103,10 @@ class ModelFootprint:
     name: str
     num_params: int
     depth: int
-    activation_bytes_per_clip: int
+    activation_bytes_per_clip: int  # kept for the backward pass, checkpointing as the config asks
     train_flops_per_clip: float  # forward + backward, in FLOPs (not multiply-adds)
+    block_activation_bytes_per_clip: float  # one block's activations, recomputed or not: all of them / depth
+    recomputes: bool = False  # activation checkpointing on: a block's activations rebuilt in the backward
 
     @classmethod
     def measure(cls, config: PipelineConfig, num_classes: int = 174) -> ModelFootprint:
@@ -118,11 +122,18 @@ class ModelFootprint:
         clip = (1, 3, data.num_frames, data.crop_size, data.crop_size)
         flops = 3 * 2 * count_flops(model, clip).total
         num_params = sum(p.numel() for p in model.parameters())
-        return cls(config.model.name, num_params, len(model.blocks), activation_bytes_per_clip(model), flops)
+        every_activation = activation_bytes_per_clip(model)
+        model.set_activation_checkpointing(config.train.activation_checkpointing)
+        kept = activation_bytes_per_clip(model)
+        depth = len(model.blocks)
+        block = every_activation / depth
+        return cls(config.model.name, num_params, depth, kept, flops, block, kept < every_activation)
 
     def step_activation_bytes(self, micro_batch: int) -> float:
-        """Saved activations plus the backward pass's gradients of one block's activations."""
-        return micro_batch * self.activation_bytes_per_clip * (1 + 1 / self.depth)
+        """Saved activations plus the backward pass's gradients of one block's activations (and, with
+        checkpointing, that block's recomputed activations)."""
+        on_top = self.block_activation_bytes_per_clip * (2 if self.recomputes else 1)
+        return micro_batch * (self.activation_bytes_per_clip + on_top)
 
     def step_bytes(self, micro_batch: int, zero_stage: int, world_size: int, optimizer: str) -> float:
         """Peak bytes per GPU of one training step, without the reserve."""

@@ -121,7 +121,8 @@ def _shape(
             continue
         if len(values) < len(options) == 2 and "default" in prop and prop["default"] is None:
             (value,) = values
-            if "type" in value and "$ref" not in value:  # one typed value or None: the value alone
+            # one typed value or None: the value alone (not a choice: None would not be among its values)
+            if "type" in value and "$ref" not in value and "enum" not in value:
                 del prop["anyOf"], prop["default"]
                 prop.update(value)
                 if "description" in prop:

@@ -85,6 +85,20 @@ class ClusterConfig(StrictModel):
     follow_logs: bool = Field(True, description="Stream a submitted job's logs until it ends.")
 
 
+class CompileConfig(StrictModel):
+    """`train.compile`: torch.compile of the model inside its DeepSpeed engine (`engine.compile`).
+
+    Every worker compiles its copy on its first step (minutes on CPUs with inductor). A backend this
+    torch lacks, and every graph break, is a warning naming it; the model then runs as it can.
+    """
+
+    enabled: bool = Field(False, description="Compile the model (torch.compile through DeepSpeed).")
+    backend: str = Field("inductor", description="torch.compile backend: inductor, aot_eager, eager, ...")
+    mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = Field(
+        "default", description="torch.compile mode."
+    )
+
+
 # DeepSpeed keys that typed TrainConfig fields own: setting them in `train.deepspeed` is an error.
 DEEPSPEED_OWNED_KEYS = {
     "train_batch_size": "global_batch_size",
@@ -131,6 +145,13 @@ class TrainConfig(StrictModel):
     precision: Precision = Field("bf16", description="Mixed precision of the forward/backward (fp32: off).")
     zero_stage: Literal[0, 1, 2, 3] = Field(1, description="DeepSpeed ZeRO stage.")
     gradient_clipping: float = Field(1.0, ge=0, description="Max global grad norm (0: off).")
+    activation_checkpointing: int = Field(
+        0,
+        ge=0,
+        description="Recompute the activations of blocks 0, k, 2k, ... in the backward pass instead of "
+        "keeping them: 0 off, 1 every block, k every k-th (memory for about one more forward pass).",
+    )
+    compile: CompileConfig = Field(default_factory=CompileConfig)
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     label_smoothing: float = Field(0.0, ge=0, lt=1, description="Cross-entropy label smoothing.")
@@ -168,6 +189,16 @@ class TrainConfig(StrictModel):
             fixes = ", ".join(f"{key} -> train.{field}" for key, field in owned.items())
             raise ValueError(f"set these through the typed fields instead: {fixes}")
         return deepspeed
+
+    @field_validator("compile")
+    @classmethod
+    def _compile_below_zero_3(cls, compile: CompileConfig, info: ValidationInfo) -> CompileConfig:
+        if compile.enabled and info.data.get("zero_stage") == 3:
+            raise ValueError(
+                "torch.compile of a ZeRO-3 engine is not supported here: dynamo does not trace through "
+                "ZeRO-3's parameter gathers (its first step did not end); use zero_stage <= 2, or compile off"
+            )
+        return compile
 
     @field_validator("global_batch_size")
     @classmethod

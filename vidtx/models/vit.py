@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vidtx.nn import AttentionImpl, PatchEmbed, TransformerBlock, TubeletEmbed, drop_path_rates
+from vidtx.nn import AttentionImpl, PatchEmbed, TransformerBlock, TubeletEmbed, drop_path_rates, run_blocks
 
 
 class ViTEncoder(nn.Module):
@@ -102,6 +102,15 @@ class ViTEncoder(nn.Module):
             )
         )
         self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
+        self.checkpoint_every = 0  # activation checkpointing of the blocks (`set_activation_checkpointing`)
+
+    def set_activation_checkpointing(self, every: int) -> None:
+        """Keep only the inputs of blocks 0, k, 2k, ... (k = `every`; 1: every block; 0: off) in
+        training and recompute their activations in the backward pass: memory for a block's forward.
+        Every stack of blocks the model runs takes it (a video model's temporal encoder too)."""
+        if every < 0:
+            raise ValueError(f"activation checkpointing every {every} blocks: must be >= 0")
+        self.checkpoint_every = every
 
     def init_weights(self) -> None:
         """timm's ViT init: truncated normal for linear weights (`init_std`) and positions
@@ -138,7 +147,7 @@ class ViTEncoder(nn.Module):
 
     def encode(self, tokens: Tensor) -> Tensor:
         """Blocks and final norm over sequences (B, S, D) -> (B, S, D)."""
-        return self.norm(self.blocks(tokens))
+        return self.norm(run_blocks(self.blocks, tokens, self.checkpoint_every))
 
     def encode_frames(self, sequences: Tensor) -> Tensor:
         """Encode each frame's sequence (B, T, S, D) independently; its class-token feature: (B, T, D)."""

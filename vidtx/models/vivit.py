@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from vidtx.models.heads import ClassifierHead
 from vidtx.models.video import VideoTransformer
-from vidtx.nn import TransformerBlock, drop_path_rates
+from vidtx.nn import TransformerBlock, drop_path_rates, run_blocks
 
 
 class ViViTFactorisedEncoder(VideoTransformer):
@@ -60,4 +60,4 @@ class ViViTFactorisedEncoder(VideoTransformer):
         steps = self.encode_frames(self.frame_sequences(clips))  # (B, T', D)
         token = self.temporal_cls_token.expand(steps.shape[0], -1, -1)  # (B, 1, D)
         z = torch.cat([token, steps], dim=1) + self.temporal_pos_embed  # (B, 1 + T', D)
-        return self.temporal_norm(self.temporal_blocks(z))[:, 0]
+        return self.temporal_norm(run_blocks(self.temporal_blocks, z, self.checkpoint_every))[:, 0]

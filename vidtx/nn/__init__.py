@@ -11,7 +11,7 @@ from vidtx.nn.attention import (
     scaled_dot_product_attention,
     softmax_with_mask,
 )
-from vidtx.nn.blocks import DropPath, Mlp, TransformerBlock, drop_path_rates
+from vidtx.nn.blocks import DropPath, Mlp, TransformerBlock, drop_path_rates, run_blocks
 from vidtx.nn.embeddings import (
     LearnedPositionalEmbedding,
     PatchEmbed,
@@ -38,6 +38,7 @@ __all__ = [
     "length_mask",
     "masked_softmax",
     "resize_pos_embed",
+    "run_blocks",
     "scaled_dot_product_attention",
     "sinusoidal_table",
     "softmax_with_mask",

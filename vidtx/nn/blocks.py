@@ -1,4 +1,5 @@
-"""Transformer building blocks: stochastic depth, the MLP and the pre-norm block (timm's names)."""
+"""Transformer building blocks: stochastic depth, the MLP and the pre-norm block (timm's names), and
+running a stack of blocks with activation checkpointing."""
 
 from __future__ import annotations
 
@@ -6,8 +7,24 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from vidtx.nn.attention import AttentionImpl, MultiHeadAttention
+
+
+def run_blocks(blocks: nn.Sequential, tokens: Tensor, checkpoint_every: int = 0) -> Tensor:
+    """`blocks(tokens)`, with activation checkpointing of blocks 0, k, 2k, ... (k = `checkpoint_every`;
+    0: none) while gradients are on: such a block keeps only its input, and its forward runs again in
+    the backward pass (torch's non-reentrant `checkpoint`, which replays the RNG state, so dropout and
+    stochastic depth draw what they drew). Its gradients are those of the plain forward."""
+    if checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be >= 0, got {checkpoint_every}")
+    for index, block in enumerate(blocks):
+        if checkpoint_every and index % checkpoint_every == 0 and torch.is_grad_enabled():
+            tokens = checkpoint(block, tokens, use_reentrant=False)
+        else:
+            tokens = block(tokens)
+    return tokens
 
 
 def drop_path_rates(rate: float, depth: int) -> list[float]:

@@ -22,11 +22,10 @@ from vidtx.eval.metrics import top_k_correct
 from vidtx.model_factory import model_for
 from vidtx.models import count_flops
 from vidtx.tracking.rank_zero import RankZeroMetrics
-from vidtx.train.accelerator import import_deepspeed
 from vidtx.train.checkpoint import TrainState, restore, save_and_report
-from vidtx.train.deepspeed_config import build_deepspeed_config
+from vidtx.train.compilation import warn_about_graph_breaks
+from vidtx.train.engine import build_engine
 from vidtx.train.loss import classification_loss, mixup
-from vidtx.train.optim import build_optimizer, build_scheduler
 from vidtx.train.payload import WorkerPayload
 from vidtx.train.throughput import ThroughputMeter, format_duration
 
@@ -50,7 +49,6 @@ class WorkerTrainer:
         logger.info(
             "rank %d/%d on node %s", self.rank, self.world_size, ray.get_runtime_context().get_node_id()
         )
-        deepspeed = import_deepspeed()
         train, data = self.cfg.train, self.cfg.data
         torch.manual_seed(train.seed)  # identical initial weights on every rank
         model = model_for(self.cfg)
@@ -58,11 +56,7 @@ class WorkerTrainer:
         # Counted before DeepSpeed wraps the model (ZeRO-3 partitions the parameters).
         # Forward + backward = 3 forwards; a MAC is 2 FLOPs.
         flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
-        optimizer = build_optimizer(model, train.optimizer)
-        scheduler = build_scheduler(optimizer, train.schedule, train.max_steps)
-        self.engine, *_ = deepspeed.initialize(
-            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=build_deepspeed_config(train)
-        )
+        self.engine = build_engine(model, train)
         self.dtype = DTYPES[train.precision]
         self.clips_per_step = train.micro_batch_size * train.gradient_accumulation_steps * self.world_size
 
@@ -163,11 +157,14 @@ class WorkerTrainer:
         batches = self._batches()
         self.engine.train()
         losses: list[float] = []
+        first_step = self.state.step
         try:
             while self.state.step < train.max_steps:
                 for _ in range(train.gradient_accumulation_steps):
                     losses.append(self._micro_step(*next(batches)))
                 self.state.step += 1
+                if self.state.step == first_step + 1 and train.compile.enabled:
+                    warn_about_graph_breaks()  # the first step compiled the model
                 self.state.samples_seen += self.clips_per_step
                 self.meter.update(self.clips_per_step)
                 step = self.state.step
