@@ -50,6 +50,7 @@ def lineage_table(config: PipelineConfig, mlflow_run_id: str, version: ModelVers
         ),
         ("MLflow run", f"[{mlflow_run_id}]({lineage.mlflow_run_url})"),
         ("git commit", f"`{lineage.git_commit}`" if lineage.git_commit else missing),
+        *([("started from", f"`{lineage.init_from}`")] if lineage.init_from else []),
     ]
     if version is not None:
         url = model_version_link(config, version.name, version.version)

@@ -36,26 +36,28 @@ def build_model(cfg: ModelConfig, *, num_classes: int, num_frames: int, img_size
     return model
 
 
-def model_for(config: PipelineConfig) -> VideoTransformer:
-    """The model `config` trains, with as many classes as its training split's manifest names."""
+def model_for(config: PipelineConfig, num_classes: int | None = None) -> VideoTransformer:
+    """The model `config` trains, with `num_classes` classes (default: as many as its training split's
+    manifest names)."""
     data = config.data
-    num_classes = load_manifest(data.shards, data.train_split).num_classes
+    num_classes = num_classes or load_manifest(data.shards, data.train_split).num_classes
     return build_model(
         config.model, num_classes=num_classes, num_frames=data.num_frames, img_size=data.crop_size
     )
 
 
-def check_model_config(config: PipelineConfig) -> None:
+def check_model_config(config: PipelineConfig) -> VideoTransformer:
     """Raise ConfigError naming the fields when `config.model` names no preset, an option the preset
     does not take, or a network that cannot be built for `config.data` (a crop size that is not a
     multiple of the patch size, frames that do not split into the model's segments). Builds the model
-    on the meta device (no memory, no weights read), so every entry point can afford it up front."""
+    on the meta device (no memory, no weights read), so every entry point can afford it up front;
+    returns that network (for checks of names and shapes)."""
     model, data = config.model, config.data
     if model.name not in (valid := list_models()):
         raise ConfigError(f"model.name: unknown model preset {model.name!r}; valid: {', '.join(valid)}")
     try:
         with torch.device("meta"):
-            build_model(
+            network = build_model(
                 model.model_copy(update={"pretrained": None, "checkpoint": None}),
                 num_classes=2,
                 num_frames=data.num_frames,
@@ -67,6 +69,7 @@ def check_model_config(config: PipelineConfig) -> None:
         fields = [f"data.crop_size={data.crop_size}", f"data.num_frames={data.num_frames}"]
         fields += [f"model.name={model.name}"] + [f"model.options.{k}={v}" for k, v in model.options.items()]
         raise ConfigError(f"{', '.join(fields)}: {err}") from None
+    return network
 
 
 def zoo_table() -> str:

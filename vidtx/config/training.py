@@ -39,6 +39,12 @@ class ModelConfig(StrictModel):
         default_factory=dict,
         description="Extra keyword arguments for the preset, e.g. shift_div, mix_layout, temporal_head.",
     )
+    init_from: str | None = Field(
+        None,
+        description="Start training from these weights: a vidtx run's Ray checkpoint (path or URI), a "
+        "vidtx .pt file, or a registered model (models:/name@alias). The same classes (by name) keep "
+        "its classifier; other classes get a new one.",
+    )
 
 
 class OptimizerConfig(StrictModel):
@@ -53,6 +59,13 @@ class OptimizerConfig(StrictModel):
     nesterov: bool = Field(True, description="SGD: Nesterov momentum.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     weight_decay: float = Field(1e-4, ge=0, description="Not applied to norms, biases and embeddings.")
+    layer_decay: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Layer-wise LR decay for fine-tuning: the head keeps lr, block i of a depth-D trunk gets "
+        "lr x decay^(D - i), the embeddings lr x decay^(D + 1) (VideoMAE: 0.75); 1: off.",
+    )
 
 
 class ScheduleConfig(StrictModel):
@@ -152,6 +165,11 @@ class TrainConfig(StrictModel):
         "keeping them: 0 off, 1 every block, k every k-th (memory for about one more forward pass).",
     )
     compile: CompileConfig = Field(default_factory=CompileConfig)
+    freeze: list[str] = Field(
+        default_factory=list,
+        description="Parameters not trained (kept as loaded, left out of the optimizer): name patterns "
+        "(fnmatch: 'blocks.0.*', 'patch_embed.*'), or 'trunk' for everything but the head (a linear probe).",
+    )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     label_smoothing: float = Field(0.0, ge=0, lt=1, description="Cross-entropy label smoothing.")

@@ -1,25 +1,23 @@
-"""From what names a trained model to the model: the one place checkpoints become modules.
+"""Which trained model a later stage uses: a checkpoint given, else the best checkpoint of the training
+run named by `train.run_name`, found through its MLflow run.
 
 A checkpoint is a Ray Train checkpoint directory (path or URI) holding DeepSpeed shards, a vidtx `.pt`
 file (`vidtx.models.save_checkpoint`), or a registered model (`models:/<name>@<alias>` or
-`models:/<name>/<version>`). Without one, the best checkpoint of the training run named by
-`train.run_name` is used, found through its MLflow run.
+`models:/<name>/<version>`); `vidtx.train.checkpoint.load_trained_model` turns it into the module
+(training's `model.init_from` reads its starting weights through it too).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ray.train
 from mlflow import MlflowClient
-from torch import nn
 
 from vidtx.config import PipelineConfig
-from vidtx.model_factory import model_for
-from vidtx.models import load_checkpoint
-from vidtx.tracking.model_registry import load_registered_model
 from vidtx.tracking.runs import BEST_CHECKPOINT_TAG, CHECKPOINT_TAG, connect, find_run, resolve_tracking_uri
-from vidtx.train.checkpoint import consolidated_state_dict
+from vidtx.train.checkpoint import load_trained_model
+
+__all__ = ["TrainedRun", "find_trained_run", "load_trained_model"]  # load_trained_model: the one resolver
 
 
 @dataclass
@@ -49,16 +47,3 @@ def find_trained_run(config: PipelineConfig, checkpoint: str | None = None) -> T
     if run is None:
         return TrainedRun(chosen, None, None, client)
     return TrainedRun(chosen, run.info.run_id, run.info.experiment_id, client)
-
-
-def load_trained_model(config: PipelineConfig, checkpoint: str) -> nn.Module:
-    """The model of `checkpoint`, in eval mode. A Ray checkpoint is read into the architecture that
-    `config` trains; a `.pt` file and a registered model carry their own."""
-    if checkpoint.startswith("models:/"):
-        return load_registered_model(checkpoint, resolve_tracking_uri(config)).module.eval()
-    if checkpoint.endswith(".pt"):
-        return load_checkpoint(checkpoint).eval()
-    model = model_for(config)
-    with ray.train.Checkpoint(checkpoint).as_directory() as directory:
-        model.load_state_dict(consolidated_state_dict(directory, model))
-    return model.eval()

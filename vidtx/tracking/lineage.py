@@ -17,6 +17,7 @@ from vidtx.tracking.runs import connect, resolve_tracking_uri
 
 MANIFEST_HASH_TAG = "vidtx.manifest_hash"  # content hash of the training split's manifest
 FLOW_RUN_TAG = "prefect.flow_run_id"  # the Prefect flow run that trained the run (set by flows/train.py)
+INIT_FROM_TAG = "vidtx.init_from"  # the weights the training started from (`model.init_from`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,7 @@ class RunLineage:
     manifest_hash: str | None
     git_commit: str | None
     flow_run_id: str | None
+    init_from: str | None  # the weights it started from
 
 
 def run_lineage(config: PipelineConfig, run_id: str) -> RunLineage:
@@ -42,4 +44,5 @@ def run_lineage(config: PipelineConfig, run_id: str) -> RunLineage:
         manifest_hash=tags.get(MANIFEST_HASH_TAG),
         git_commit=tags.get(MLFLOW_GIT_COMMIT),
         flow_run_id=tags.get(FLOW_RUN_TAG),
+        init_from=tags.get(INIT_FROM_TAG),
     )

@@ -43,6 +43,11 @@ class RankZeroMetrics:
         if self.enabled:
             mlflow.log_metrics(metrics, step=step)
 
+    def log_text(self, text: str, artifact_file: str) -> None:
+        """A text artifact of the run (rank 0)."""
+        if self.enabled:
+            mlflow.log_text(text, artifact_file)
+
     def close(self) -> None:
         if self.enabled:
             mlflow.end_run()

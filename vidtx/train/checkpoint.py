@@ -1,14 +1,19 @@
-"""Checkpoints: every rank saves its DeepSpeed shard, all ranks report it to Ray Train together.
+"""Checkpoints: every rank saves its DeepSpeed shard, all ranks report it to Ray Train together; and
+any trained model named by a checkpoint or a registry URI back as a module.
 
 Ray Train merges the ranks' files into one checkpoint directory under `<storage>/<run name>/`, keeps
 the best ones by validation top-1 plus always the latest, and hands the latest back through
-`ray.train.get_checkpoint()` after a restart. `consolidated_state_dict` turns any of them into a plain
-fp32 state dict (DeepSpeed's own ZeRO consolidation for stages 1-3).
+`ray.train.get_checkpoint()` after a restart. Each holds the class names it was trained on
+(`class_names.json`). `consolidated_state_dict` turns any of them into a plain fp32 state dict
+(DeepSpeed's own ZeRO consolidation for stages 1-3); `trained_model` reads a Ray checkpoint, a vidtx
+`.pt` file or a registered model (`models:/<name>@<alias>`): the one resolver that evaluation, the
+registry's packaging and a training's `model.init_from` use.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -17,11 +22,18 @@ import ray.train
 import torch
 from torch import nn
 
+from vidtx.config import PipelineConfig
+from vidtx.model_factory import model_for
+from vidtx.models import load_checkpoint
+from vidtx.tracking.model_registry import load_registered_model
+from vidtx.tracking.runs import resolve_tracking_uri
 from vidtx.train.accelerator import import_deepspeed
 from vidtx.train.optim import parameter_groups
 
 TAG = "state"  # DeepSpeed tag inside every checkpoint directory ("latest" would clash with its index file)
 MODEL_STATES = "mp_rank_00_model_states.pt"
+CLASS_NAMES = "class_names.json"  # beside the shards: the logit order the weights were trained for
+GROUP_NAMES = "param_group_names"  # client state: each optimizer group's parameter names
 
 
 @dataclasses.dataclass
@@ -34,10 +46,20 @@ class TrainState:
     best_top1: float = -1.0
 
 
-def save_and_report(engine: Any, state: TrainState, metrics: dict[str, float]) -> None:
-    """Collective: every rank writes its shard, then every rank reports (Ray merges the directories)."""
+def save_and_report(
+    engine: Any,
+    state: TrainState,
+    metrics: dict[str, float],
+    class_names: list[str],
+    group_names: list[list[str]],
+) -> None:
+    """Collective: every rank writes its shard, then every rank reports (Ray merges the directories).
+    The client state holds the loop's state and `group_names`, each optimizer group's parameter names
+    (what ZeRO-0's fp32 master copies are matched by in `consolidated_state_dict`)."""
+    client_state = {"train_state": dataclasses.asdict(state), GROUP_NAMES: group_names}
     with tempfile.TemporaryDirectory(prefix="vidtx-ckpt-") as directory:
-        engine.save_checkpoint(directory, tag=TAG, client_state={"train_state": dataclasses.asdict(state)})
+        engine.save_checkpoint(directory, tag=TAG, client_state=client_state)
+        Path(directory, CLASS_NAMES).write_text(json.dumps(class_names))
         ray.train.report(
             metrics,
             checkpoint=ray.train.Checkpoint.from_directory(directory),
@@ -60,8 +82,8 @@ def restore(engine: Any) -> TrainState | None:
 def consolidated_state_dict(checkpoint_dir: str | Path, model: nn.Module) -> dict[str, torch.Tensor]:
     """fp32 weights of `model`'s architecture from a checkpoint directory of any ZeRO stage.
 
-    Stages 1-3 go through DeepSpeed's consolidation. Stage 0 keeps full weights in the model states
-    file; in bf16 those are bf16, and the fp32 master copies sit in the optimizer state, in the order of
+    Stages 1-3 go through DeepSpeed's consolidation (frozen parameters, which stage 1 leaves out of it,
+    from the model states file). Stage 0 keeps full weights in the model states file; in bf16 those are bf16, and the fp32 master copies sit in the optimizer state, in the order of
     `parameter_groups(model)`.
     """
     checkpoint_dir = Path(checkpoint_dir)
@@ -69,14 +91,56 @@ def consolidated_state_dict(checkpoint_dir: str | Path, model: nn.Module) -> dic
         import_deepspeed()
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-        return get_fp32_state_dict_from_zero_checkpoint(str(checkpoint_dir), tag=TAG)
+        weights = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint_dir), tag=TAG)
+        # ZeRO-1 leaves frozen parameters out of its consolidation: they are whole in the model states
+        (states_file,) = (checkpoint_dir / TAG).glob(f"*{MODEL_STATES}")  # ZeRO-3: zero_pp_rank_0_mp_...
+        module = torch.load(states_file, map_location="cpu", weights_only=True)["module"]
+        missing = {
+            name: tensor.float() for name, tensor in module.items() if name not in weights and tensor.numel()
+        }
+        return weights | missing
     states = torch.load(checkpoint_dir / TAG / MODEL_STATES, map_location="cpu", weights_only=True)
     weights = {name: tensor.float() for name, tensor in states["module"].items()}
     master = (states.get("optimizer") or {}).get("fp32_groups")
     if master is not None:
-        names = {id(param): name for name, param in model.named_parameters()}
-        groups = parameter_groups(model, weight_decay=0.0)
-        for group, fp32_params in zip(groups, master, strict=True):
-            for param, fp32 in zip(group["params"], fp32_params, strict=True):
-                weights[names[id(param)]] = fp32.float()
+        groups = states.get(GROUP_NAMES) or group_names(model, parameter_groups(model, 0.0))  # older files
+        for names, fp32_params in zip(groups, master, strict=True):
+            for name, fp32 in zip(names, fp32_params, strict=True):
+                weights[name] = fp32.float()
     return weights
+
+
+def group_names(model: nn.Module, groups: list[dict]) -> list[list[str]]:
+    """The parameter names of each of `model`'s parameter groups, in order."""
+    names = {id(param): name for name, param in model.named_parameters()}
+    return [[names[id(param)] for param in group["params"]] for group in groups]
+
+
+@dataclasses.dataclass
+class TrainedModel:
+    """A trained network and the class names its logits stand for (None: not recorded)."""
+
+    module: nn.Module
+    class_names: list[str] | None
+
+
+def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
+    """The model of `checkpoint`: a Ray checkpoint is read into the architecture `config` trains, with
+    as many classes as it records (else as `config`'s data has); a `.pt` file and a registered model
+    carry their own architecture."""
+    if checkpoint.startswith("models:/"):
+        classifier = load_registered_model(checkpoint, resolve_tracking_uri(config))
+        return TrainedModel(classifier.module, classifier.class_names)
+    if checkpoint.endswith(".pt"):
+        return TrainedModel(load_checkpoint(checkpoint), None)
+    with ray.train.Checkpoint(checkpoint).as_directory() as directory:
+        recorded = Path(directory, CLASS_NAMES)
+        class_names = json.loads(recorded.read_text()) if recorded.is_file() else None
+        model = model_for(config, num_classes=len(class_names) if class_names else None)
+        model.load_state_dict(consolidated_state_dict(directory, model))
+    return TrainedModel(model, class_names)
+
+
+def load_trained_model(config: PipelineConfig, checkpoint: str) -> nn.Module:
+    """`trained_model`'s network, in eval mode."""
+    return trained_model(config, checkpoint).module.eval()

@@ -23,13 +23,13 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig,
 from ray.train.torch import TorchTrainer
 
 from vidtx import storage
-from vidtx.config import PipelineConfig
+from vidtx.config import ConfigError, PipelineConfig
 from vidtx.data.shares import UnreadableShardsError
 from vidtx.locations import is_remote, location
 from vidtx.model_factory import check_model_config
 from vidtx.processes import sigterm_raises, stopped_from_outside
 from vidtx.ray_session import is_jobs_api, ray_session, worker_env
-from vidtx.tracking.lineage import MANIFEST_HASH_TAG
+from vidtx.tracking.lineage import INIT_FROM_TAG, MANIFEST_HASH_TAG
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
     CHECKPOINT_TAG,
@@ -38,6 +38,7 @@ from vidtx.tracking.runs import (
     resolve_tracking_uri,
     start_or_resume_run,
 )
+from vidtx.train.engine import unmatched_patterns
 from vidtx.train.jobs import submit_training_job
 from vidtx.train.loop import train_loop_per_worker
 from vidtx.train.payload import TrainResult, WorkerPayload, checkpoint_uri, storage_location
@@ -62,7 +63,12 @@ def train(
 ) -> TrainResult:
     """Train `config`; the same `run_name` + storage path resumes an earlier run. A new MLflow run
     records `recorded`, the configuration as given (default: `config`)."""
-    check_model_config(config)  # a bad preset or option fails here, before anything starts
+    network = check_model_config(config)  # a bad preset or option fails here, before anything starts
+    if unmatched := unmatched_patterns(network, config.train.freeze):
+        raise ConfigError(
+            f"train.freeze: {', '.join(map(repr, unmatched))} freezes no parameter of {config.model.name} "
+            "(names as in timm's ViT: patch_embed.*, cls_token, pos_embed, blocks.<i>.*, norm.*, head.*)"
+        )
     run_name = run_name or config.train.run_name or default_run_name(config)
     address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
     if is_jobs_api(address):
@@ -83,6 +89,8 @@ def _train_on_ray(
     tracking_uri = resolve_tracking_uri(config)
     client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
     lineage = {MANIFEST_HASH_TAG: manifest.content_hash, "ray.run_name": run_name, **tags}
+    if config.model.init_from:  # where the starting weights came from
+        lineage[INIT_FROM_TAG] = config.model.init_from
     end_orphaned_runs(client, config.tracking.experiment)
     run_id = start_or_resume_run(client, config, run_name, lineage, recorded)
 

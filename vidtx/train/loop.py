@@ -19,14 +19,16 @@ import torch.distributed as dist
 from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.data.transforms import normalize_clips
 from vidtx.eval.metrics import top_k_correct
+from vidtx.manifest import load_manifest
 from vidtx.model_factory import model_for
 from vidtx.models import count_flops
 from vidtx.tracking.rank_zero import RankZeroMetrics
-from vidtx.train.checkpoint import TrainState, restore, save_and_report
+from vidtx.train.checkpoint import TrainState, restore, save_and_report, trained_model
 from vidtx.train.compilation import warn_about_graph_breaks
 from vidtx.train.engine import build_engine
 from vidtx.train.loss import classification_loss, mixup
 from vidtx.train.payload import WorkerPayload
+from vidtx.train.starting_weights import StartReport, start_from
 from vidtx.train.throughput import ThroughputMeter, format_duration
 
 logger = logging.getLogger("vidtx.train")
@@ -51,12 +53,15 @@ class WorkerTrainer:
         )
         train, data = self.cfg.train, self.cfg.data
         torch.manual_seed(train.seed)  # identical initial weights on every rank
-        model = model_for(self.cfg)
+        self.class_names = load_manifest(data.shards, data.train_split).class_names
+        model = model_for(self.cfg, num_classes=len(self.class_names))
+        started = self._start_from(model) if self.cfg.model.init_from else None
         self.num_classes = model.num_classes
         # Counted before DeepSpeed wraps the model (ZeRO-3 partitions the parameters).
         # Forward + backward = 3 forwards; a MAC is 2 FLOPs.
         flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
-        self.engine = build_engine(model, train)
+        built = build_engine(model, train)
+        self.engine, self.group_names = built.engine, built.group_names
         self.dtype = DTYPES[train.precision]
         self.clips_per_step = train.micro_batch_size * train.gradient_accumulation_steps * self.world_size
 
@@ -68,10 +73,30 @@ class WorkerTrainer:
         torch.manual_seed(train.seed + 1000 * self.rank + self.state.step)  # dropout / drop path
         self.rng = np.random.default_rng([train.seed, self.rank, self.state.step])  # mixup
         self.metrics = RankZeroMetrics(self.rank, payload.tracking_uri, payload.mlflow_run_id)
+        if not restored:  # what the run trains, logged once
+            self.metrics.log_text(built.groups_table, "param_groups.md")
+            if started is not None:
+                self.metrics.log_text(started.text(), "init_from.txt")
+        if self.rank == 0:
+            logger.info("parameter groups:\n%s", built.groups_table)
         if restored:
             self.metrics.log_always({"train/resumed_from_step": float(self.state.step)}, self.state.step)
         peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
         self.meter = ThroughputMeter(self.world_size, flops, peak)
+
+    def _start_from(self, model: torch.nn.Module) -> StartReport:
+        """`model.init_from`'s weights into `model` (a resumed run then loads its own checkpoint)."""
+        where = self.cfg.model.init_from
+        report = start_from(model, trained_model(self.cfg, where), self.class_names, where)
+        if self.rank == 0:
+            logger.info(
+                "%s; %d tensors loaded, %d kept as initialised: %s",
+                report.classes,
+                len(report.loaded),
+                len(report.initialised),
+                ", ".join(report.initialised) or "none",
+            )
+        return report
 
     # ----------------------------------------------------------------------------------------------
 
@@ -177,7 +202,7 @@ class WorkerTrainer:
                     report |= self._validate_and_log(step)
                 if is_checkpoint:
                     self.state.best_top1 = max(self.state.best_top1, report.get("val_top1", -1.0))
-                    save_and_report(self.engine, self.state, report)
+                    save_and_report(self.engine, self.state, report, self.class_names, self.group_names)
         finally:
             self.metrics.close()
 
