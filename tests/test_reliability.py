@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import os
 import re
 import subprocess
@@ -217,26 +216,3 @@ def test_missing_training_and_evaluation_splits_fail_before_any_compute(
         FileNotFoundError, match=r"eval.split 'test': no test.manifest.json .*shard that split"
     ):
         evaluate_trained(config, absent)  # named before the (missing) checkpoint is read
-
-
-@pytest.mark.slow
-def test_a_dataset_without_a_validation_split_trains_with_one_warning(
-    tiny_dataset: PipelineConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """It used to train every step, then die at the final validation inside the Ray workers."""
-    config = tiny_dataset.model_copy(deep=True)
-    config.workdir, config.data.val_split = tmp_path, "validation"  # the shards have train and val
-    config.train = config.train.model_copy(
-        update={"storage_path": str(tmp_path / "ray"), "max_steps": 2, "checkpoint_every": 2}
-    )
-    with caplog.at_level(logging.WARNING, logger="vidtx.train.splits"):
-        result = train(config, run_name="no-val")
-    warnings = [record.getMessage() for record in caplog.records if record.name == "vidtx.train.splits"]
-    assert warnings == [
-        f"data.val_split 'validation' has no manifest in {config.data.shards} (splits there: train, val): "
-        "training without validation"
-    ]
-    assert result.metrics["step"] == 2
-    assert "val_top1" not in result.metrics
-    assert Path(result.checkpoint).is_dir()
-    assert result.best_checkpoint == result.checkpoint  # without a score, Ray keeps the latest

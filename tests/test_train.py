@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import re
@@ -29,7 +30,7 @@ from vidtx.config import ConfigError, PipelineConfig, ShardConfig, dump_config, 
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
-from vidtx.locations import Location, join, location, parent_of
+from vidtx.locations import Location, join, location
 from vidtx.manifest import load_manifest
 from vidtx.shard.job import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
@@ -79,56 +80,6 @@ def test_two_workers_zero2_bf16_loss_goes_down(trained_run: tuple) -> None:
     assert run.data.params["train.zero_stage"] == "2"
     for metric in ("train/lr", "train/clips_per_second", "train/samples_seen", "train/grad_norm", "val/top1"):
         assert metric in run.data.metrics
-
-
-@pytest.mark.parametrize(
-    ("stage", "precision", "store"), [(0, "bf16", "video"), (1, "fp32", "bucket"), (3, "bf16", "frames")]
-)
-def test_zero_stages_and_precisions_run(
-    tiny_dataset: PipelineConfig,
-    frames_shards: Path,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    stage: int,
-    precision: str,
-    store: str,
-) -> None:
-    """Each ZeRO stage trains and validates; ZeRO-3 reads the frames store (JPEG frames), which Ray
-    Train + DeepSpeed workers read as they read videos; ZeRO-1 reads its shards from a bucket of the
-    session's S3 server and keeps its checkpoints there (nothing of either on local disk), and its
-    consolidated checkpoint is evaluated from the bucket."""
-    config = run_config(
-        tiny_dataset, tmp_path, zero_stage=stage, precision=precision, max_steps=3, checkpoint_every=3
-    )
-    if store == "frames":
-        config.data.shards = frames_shards
-    if store == "bucket":
-        config.data.shards = location(request.getfixturevalue("bucket_shards"))
-        config.train.storage_path = f"{parent_of(config.data.shards)}/runs"
-    result = train(config, run_name=f"z{stage}-{precision}")
-    assert result.metrics["step"] == 3
-    assert 0.0 <= result.metrics["val_top1"] <= 1.0
-    assert storage.exists(join(location(result.checkpoint), "state"))
-    if store == "bucket":
-        assert result.checkpoint.startswith(f"{config.train.storage_path}/z1-fp32/checkpoint-")
-        assert not (tmp_path / "ray").exists()
-        run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)
-        recorded = json.dumps(
-            [
-                run.data.params,
-                run.data.tags,
-                storage.read_text(result.storage_path + "/z1-fp32/vidtx-result.json"),
-            ]
-        )
-        assert os.environ["AWS_SECRET_ACCESS_KEY"] not in recorded
-    if precision == "fp32":
-        # The consolidated fp32 state dict, in a fresh model, reproduces the engine's validation loss.
-        model = load_trained_model(config, result.checkpoint)
-        outputs = predict_split(
-            model, config.data, config.data.val_split, num_clips=1, num_crops=1, batch_size=4
-        )
-        loss = torch.nn.functional.cross_entropy(outputs.logits[:, 0], outputs.labels).item()
-        assert loss == pytest.approx(result.metrics["val_loss"], rel=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -199,15 +150,24 @@ def _kill_a_worker_after(config: PipelineConfig, step: int, killed: list[int]) -
 
 
 def test_killed_worker_restarts_from_the_latest_checkpoint(
-    tiny_dataset: PipelineConfig, tmp_path: Path, bucket: str
+    tiny_dataset: PipelineConfig, tmp_path: Path, bucket: str, bucket_shards: str
 ) -> None:
     """A worker SIGKILLed mid-run: Ray Train restarts the group, which resumes from the latest
-    registered checkpoint, kept in a bucket of the session's S3 server (nothing on local disk)."""
+    registered checkpoint. The workers read their shards from a bucket of the session's S3 server and
+    keep the checkpoints in one (nothing of either on local disk; ZeRO-1, fp32), and the consolidated
+    checkpoint, evaluated from the bucket, reproduces the engine's last validation loss."""
     # the fewest steps that prove the resume: checkpoints every 3, the kill once step 6 is logged and
     # a checkpoint registered
     config = run_config(
-        tiny_dataset, tmp_path, max_steps=12, checkpoint_every=3, max_failures=1, precision="fp32"
+        tiny_dataset,
+        tmp_path,
+        max_steps=12,
+        checkpoint_every=3,
+        max_failures=1,
+        precision="fp32",
+        zero_stage=1,
     )
+    config.data.shards = location(bucket_shards)
     config.train.storage_path = f"{bucket}/runs"
     killed: list[int] = []
     killer = threading.Thread(target=_kill_a_worker_after, args=(config, 6, killed), daemon=True)
@@ -229,6 +189,16 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
     assert len(client.search_runs([client.get_run(result.mlflow_run_id).info.experiment_id])) == 1
     assert result.checkpoint.startswith(f"{bucket}/runs/killed/checkpoint-")
     assert not (tmp_path / "ray").exists()
+    run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)
+    recorded = json.dumps(
+        [run.data.params, run.data.tags, storage.read_text(result.storage_path + "/killed/vidtx-result.json")]
+    )
+    assert os.environ["AWS_SECRET_ACCESS_KEY"] not in recorded
+    # the consolidated fp32 state dict, in a fresh model, reproduces the engine's validation loss
+    model = load_trained_model(config, result.checkpoint)
+    outputs = predict_split(model, config.data, config.data.val_split, num_clips=1, num_crops=1, batch_size=4)
+    loss = torch.nn.functional.cross_entropy(outputs.logits[:, 0], outputs.labels).item()
+    assert loss == pytest.approx(result.metrics["val_loss"], rel=1e-4)
 
 
 def start_training_until(
@@ -266,10 +236,10 @@ def kill_tree(driver: subprocess.Popen) -> None:
 
 
 def test_a_killed_then_stopped_training_job_resumes_each_time_and_listens_on_loopback_only(
-    tiny_dataset: PipelineConfig, tmp_path: Path
+    tiny_dataset: PipelineConfig, frames_shards: Path, tmp_path: Path
 ) -> None:
-    """One run, started three times (checkpoints every 3 of 24 steps; each Ray worker decodes in a
-    DataLoader worker process):
+    """One run of ZeRO-3 in bf16 over the frames store (packed JPEG frames), started three times
+    (checkpoints every 3 of 24 steps; each Ray worker decodes in a DataLoader worker process):
 
     1. `vidtx train` while it trains: nothing of it is reachable from the network (the driver, its
        local Ray and the Ray Train workers with their torch rendezvous store and gloo transport; was:
@@ -280,7 +250,10 @@ def test_a_killed_then_stopped_training_job_resumes_each_time_and_listens_on_loo
        and one line saying so.
     3. `train()` again, with a longer budget: it resumes and finishes, every step logged once, in the
        one MLflow run (was a test of its own: a restarted run continues from its checkpoint)."""
-    config = run_config(tiny_dataset, tmp_path, max_steps=24, checkpoint_every=3, precision="fp32")
+    config = run_config(
+        tiny_dataset, tmp_path, max_steps=24, checkpoint_every=3, precision="bf16", zero_stage=3
+    )
+    config.data.shards = frames_shards
     config.data.num_workers = 1  # decode in a DataLoader worker process (forkserver) inside each Ray worker
     client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
 
@@ -331,16 +304,23 @@ def test_a_killed_then_stopped_training_job_resumes_each_time_and_listens_on_loo
     assert len(client.search_runs([e.experiment_id for e in client.search_experiments()])) == 1
 
 
-def test_relative_paths_a_one_shard_validation_split_and_the_same_seed(
-    tiny_dataset: PipelineConfig, one_val_shard: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_relative_paths_a_one_shard_validation_split_no_validation_split_and_the_same_seed(
+    tiny_dataset: PipelineConfig,
+    one_val_shard: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Two 1-step runs over the videos sharded at the default size (val: one shard of 12), three checks:
+    """Two 1-step runs over the videos sharded at the default size (val: one shard of 12), four checks:
 
     - Ray workers start in their own session folder; relative paths must still mean the driver's.
     - Issue 27 case 8: rank 1 had no val shard and the first validation crashed the run
       (`split_by_worker() missing 1 required positional argument: 'src'`). Now the ranks share the
       shard's samples and the logged figures are a one-process pass's over the same weights.
-    - The same seed, in a second run (absolute paths), gives the same first-step loss."""
+    - The second run (absolute paths) names a validation split the shards do not have: it trains
+      with one warning (it used to train every step, then die at the final validation inside the Ray
+      workers), without a score, and Ray keeps its latest checkpoint as the best.
+    - The same seed gives the second run the first run's first-step loss."""
     (tmp_path / "shards").symlink_to(one_val_shard, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     config = run_config(tiny_dataset, Path("run"), max_steps=1, checkpoint_every=1, precision="fp32")
@@ -360,8 +340,17 @@ def test_relative_paths_a_one_shard_validation_split_and_the_same_seed(
     assert logged["loss"] == pytest.approx(loss, rel=1e-5)
 
     again = run_config(tiny_dataset, tmp_path / "again", max_steps=1, checkpoint_every=1, precision="fp32")
-    again.data.shards = one_val_shard
-    assert history(train(again, run_name="seeded"), STEP_METRIC)[1] == history(result, STEP_METRIC)[1]
+    again.data.shards, again.data.val_split = one_val_shard, "validation"  # the shards have train and val
+    with caplog.at_level(logging.WARNING, logger="vidtx.train.splits"):
+        seeded = train(again, run_name="seeded")
+    warnings = [record.getMessage() for record in caplog.records if record.name == "vidtx.train.splits"]
+    assert warnings == [
+        f"data.val_split 'validation' has no manifest in {one_val_shard} (splits there: train, val): "
+        "training without validation"
+    ]
+    assert "val_top1" not in seeded.metrics
+    assert seeded.best_checkpoint == seeded.checkpoint  # without a score, Ray keeps the latest
+    assert history(seeded, STEP_METRIC)[1] == history(result, STEP_METRIC)[1]
 
 
 def test_strict_spread_on_too_few_nodes_fails_at_once(tiny_dataset: PipelineConfig, tmp_path: Path) -> None:
