@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from vidtx.config import DataConfig
-from vidtx.data.augment import IMAGENET_POLICY, auto_augment, random_erasing
+from vidtx.data.augment import IMAGENET_POLICY, auto_augment, rand_augment, random_erasing
 from vidtx.data.transforms import TrainTransform, scale_jitter_box
 
 
@@ -57,3 +57,25 @@ def test_the_paper_recipe_from_the_config() -> None:
     assert clip.shape == (4, 32, 32, 3)
     with pytest.raises(ValueError, match="crop"):
         DataConfig(crop="center")
+
+
+def test_rand_augment_applies_its_operations_to_every_frame_alike() -> None:
+    clip, changed = repeated_frame_clip(), 0
+    for seed in range(20):
+        augmented = rand_augment(clip, magnitude=7, num_ops=2, rng=np.random.default_rng(seed))
+        assert augmented.shape == clip.shape
+        assert augmented.dtype == torch.uint8
+        assert all(torch.equal(augmented[t], augmented[0]) for t in range(1, 4))
+        changed += not torch.equal(augmented, clip)
+    assert changed >= 18  # two operations at magnitude 7 nearly always change the picture
+
+
+def test_rand_augment_from_the_config_and_one_policy_at_a_time() -> None:
+    cfg = DataConfig(crop_size=32, short_side=40, rand_augment={"magnitude": 9, "num_ops": 4})
+    clip = TrainTransform.from_config(cfg)(repeated_frame_clip().numpy(), np.random.default_rng(0))
+    assert clip.shape == (4, 32, 32, 3)
+    assert all(torch.equal(clip[t], clip[0]) for t in range(1, 4))
+    with pytest.raises(ValueError, match="rand_augment"):
+        DataConfig(auto_augment=True, rand_augment={})
+    with pytest.raises(ValueError, match="magnitude"):
+        DataConfig(rand_augment={"magnitude": 11})

@@ -1,13 +1,11 @@
 import itertools
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from vidtx.config import ConfigError, ScheduleConfig, TrainConfig, load_config
 from vidtx.train.deepspeed_config import build_deepspeed_config
-from vidtx.train.loss import classification_loss, mixup
 from vidtx.train.optim import build_optimizer, build_scheduler, lr_factor, parameter_groups
 
 
@@ -70,28 +68,6 @@ def test_scheduler_drives_optimizer_lr_and_round_trips_state() -> None:
     fresh = build_scheduler(build_optimizer(model, TrainConfig().optimizer), cfg, max_steps=20)
     fresh.load_state_dict(scheduler.state_dict())
     assert fresh.last_epoch == 3
-
-
-def test_mixup_blends_clips_and_targets_with_one_weight() -> None:
-    clips = torch.arange(4, dtype=torch.float32).view(4, 1, 1, 1, 1).expand(4, 3, 2, 2, 2).contiguous()
-    labels = torch.tensor([0, 1, 2, 3])
-    mixed, targets = mixup(clips, labels, num_classes=4, alpha=0.4, rng=np.random.default_rng(0))
-    assert targets.shape == (4, 4)
-    assert torch.allclose(targets.sum(dim=1), torch.ones(4))
-    # each mixed clip is w * own + (1 - w) * partner, and its target puts the same weights on the labels
-    for i in range(4):
-        weights = targets[i]
-        expected = (weights * torch.arange(4.0)).sum()
-        assert torch.allclose(mixed[i], torch.full_like(mixed[i], expected.item()), atol=1e-6)
-
-
-def test_loss_accepts_hard_and_soft_targets() -> None:
-    logits = torch.randn(3, 5, dtype=torch.bfloat16)
-    labels = torch.tensor([0, 4, 2])
-    hard = classification_loss(logits, labels, label_smoothing=0.1)
-    soft = classification_loss(logits, torch.nn.functional.one_hot(labels, 5).float(), label_smoothing=0.1)
-    assert hard.dtype == torch.float32
-    assert torch.allclose(hard, soft)
 
 
 def test_deepspeed_config_follows_train_config() -> None:

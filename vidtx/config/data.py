@@ -153,6 +153,15 @@ class ShardConfig(StrictModel):
         return self
 
 
+class RandAugmentConfig(StrictModel):
+    """`data.rand_augment`: RandAugment as VideoMAE fine-tunes (rand-m7-n4), one draw per clip."""
+
+    magnitude: float = Field(
+        7.0, ge=0, le=10, description="Strength of every operation, 0-10 (timm's scale)."
+    )
+    num_ops: int = Field(4, ge=1, le=8, description="Operations applied to each clip, drawn uniformly.")
+
+
 class DataConfig(StrictModel):
     """`data`: reading shards into uint8 clip batches (B, T, H, W, C), normalised on the device.
 
@@ -180,6 +189,9 @@ class DataConfig(StrictModel):
     )
     scale_jitter: tuple[float, float] = Field((0.9, 1.3), description="Scale range of crop scale_jitter.")
     auto_augment: bool = Field(False, description="AutoAugment (ImageNet policy), one draw per clip.")
+    rand_augment: RandAugmentConfig | None = Field(
+        None, description="RandAugment, the same operations on every frame of a clip (None: off)."
+    )
     random_erasing: float = Field(
         0.0,
         ge=0.0,
@@ -210,6 +222,15 @@ class DataConfig(StrictModel):
         if short_side is not None and crop_size > short_side:
             raise ValueError(f"crop_size ({crop_size}) exceeds short_side ({short_side})")
         return crop_size
+
+    @field_validator("rand_augment")
+    @classmethod
+    def _one_policy(
+        cls, rand_augment: RandAugmentConfig | None, info: ValidationInfo
+    ) -> RandAugmentConfig | None:
+        if rand_augment is not None and info.data.get("auto_augment"):
+            raise ValueError("RandAugment and auto_augment are two policies for one place: choose one")
+        return rand_augment
 
     @field_validator("scale_range")
     @classmethod

@@ -174,6 +174,12 @@ class TrainConfig(StrictModel):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     label_smoothing: float = Field(0.0, ge=0, lt=1, description="Cross-entropy label smoothing.")
     mixup_alpha: float = Field(0.0, ge=0, description="Mixup Beta(alpha, alpha); 0 turns it off.")
+    cutmix_alpha: float = Field(
+        0.0, ge=0, description="CutMix Beta(alpha, alpha), one box for all frames of a clip; 0 turns it off."
+    )
+    mix_switch_prob: float = Field(
+        0.5, ge=0, le=1, description="With mixup and CutMix both on: the chance a batch gets CutMix."
+    )
     deepspeed: dict[str, Any] = Field(
         default_factory=dict, description="Deep-merged over the generated DeepSpeed config."
     )
@@ -183,7 +189,7 @@ class TrainConfig(StrictModel):
     val_every: int = Field(50, ge=1, description="Steps between validation passes.")
     val_max_batches: int | None = Field(None, ge=1, description="Cap on validation batches per worker.")
     peak_tflops: float | None = Field(None, gt=0, description="Per-device peak for MFU (None: not shown).")
-    seed: int = Field(0, description="Seeds the weights, the data order, dropout and mixup.")
+    seed: int = Field(0, description="Seeds the weights, the data order, dropout and batch mixing.")
 
     @property
     def gradient_accumulation_steps(self) -> int:

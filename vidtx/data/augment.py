@@ -1,11 +1,13 @@
-"""The X-ViT recipe's clip augmentations (paper, section 4.1): AutoAugment and random erasing.
+"""Clip augmentations: the X-ViT recipe's AutoAugment and random erasing (paper, section 4.1), and the
+RandAugment of VideoMAE's fine-tuning recipe.
 
-Both act on a whole uint8 clip (T, H, W, C) with one random draw per clip: every frame gets the same
+Each acts on a whole uint8 clip (T, H, W, C) with one random draw per clip: every frame gets the same
 operations with the same magnitudes, and the same erased box, since a change that differed from
 frame to frame would add motion the video does not have. AutoAugment is the ImageNet policy
 (Cubuk et al. 2019: 25 sub-policies of two operations, each applied with its probability at its
-magnitude on a 0-9 scale), with Pillow doing each operation on each frame (torchvision, whose v2
-transforms take video tensors, does not install beside this project's CPU torch).
+magnitude on a 0-9 scale); RandAugment (Cubuk et al. 2020) applies `num_ops` operations drawn
+uniformly at one magnitude on timm's 0-10 scale. Pillow does each operation on each frame
+(torchvision, whose v2 transforms take video tensors, does not install beside this project's CPU torch).
 """
 
 from __future__ import annotations
@@ -52,11 +54,16 @@ def _affine(image: Image.Image, matrix: tuple[float, ...]) -> Image.Image:
     return image.transform(image.size, Image.Transform.AFFINE, matrix, Image.Resampling.BILINEAR, fillcolor=0)
 
 
+RAND_AUGMENT_OPS = (  # timm's RandAugment list, SolarizeAdd aside
+    "AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solarize", "Color",
+    "Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY",
+)  # fmt: skip
+
+
 def _operation(
-    name: str, magnitude: int, sign: float, size: tuple[int, int]
+    name: str, level: float, sign: float, size: tuple[int, int]
 ) -> Callable[[Image.Image], Image.Image]:
-    """The operation at `magnitude` (0-9), signed by `sign` where the operation has a direction."""
-    level = magnitude / 9
+    """The operation at strength `level` (0-1), signed by `sign` where the operation has a direction."""
     width, height = size
     shear, shift, enhance = sign * 0.3 * level, sign * 150 / 331 * level, 1 + sign * 0.9 * level
     operations: dict[str, Callable[[Image.Image], Image.Image]] = {
@@ -69,7 +76,7 @@ def _operation(
         "Contrast": lambda image: ImageEnhance.Contrast(image).enhance(enhance),
         "Brightness": lambda image: ImageEnhance.Brightness(image).enhance(enhance),
         "Sharpness": lambda image: ImageEnhance.Sharpness(image).enhance(enhance),
-        "Posterize": lambda image: ImageOps.posterize(image, 8 - round(magnitude / 2.25)),
+        "Posterize": lambda image: ImageOps.posterize(image, 8 - round(4 * level)),
         "Solarize": lambda image: ImageOps.solarize(image, round(255 * (1 - level))),
         "AutoContrast": ImageOps.autocontrast,
         "Equalize": ImageOps.equalize,
@@ -78,15 +85,34 @@ def _operation(
     return operations[name]
 
 
+def _sign(rng: np.random.Generator) -> float:
+    return 1.0 if rng.random() < 0.5 else -1.0
+
+
 def auto_augment(clip: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
     """One ImageNet AutoAugment sub-policy, drawn for the clip, on every frame: uint8 (T, H, W, C)."""
     policy = IMAGENET_POLICY[int(rng.integers(len(IMAGENET_POLICY)))]
     size = (clip.shape[2], clip.shape[1])
     chosen = [
-        _operation(name, magnitude, 1.0 if rng.random() < 0.5 else -1.0, size)
+        _operation(name, magnitude / 9, _sign(rng), size)
         for name, probability, magnitude in policy
         if rng.random() < probability
     ]
+    return _apply(clip, chosen)
+
+
+def rand_augment(
+    clip: torch.Tensor, magnitude: float, num_ops: int, rng: np.random.Generator
+) -> torch.Tensor:
+    """RandAugment: `num_ops` operations drawn for the clip (with replacement) at `magnitude` (0-10),
+    on every frame: uint8 (T, H, W, C)."""
+    size = (clip.shape[2], clip.shape[1])
+    names = rng.choice(len(RAND_AUGMENT_OPS), size=num_ops)
+    return _apply(clip, [_operation(RAND_AUGMENT_OPS[i], magnitude / 10, _sign(rng), size) for i in names])
+
+
+def _apply(clip: torch.Tensor, chosen: list[Callable[[Image.Image], Image.Image]]) -> torch.Tensor:
+    """The `chosen` operations, in order, on each frame of the uint8 clip (T, H, W, C)."""
     if not chosen:
         return clip
     frames = []

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vidtx.config import CropMode, DataConfig
-from vidtx.data.augment import auto_augment, random_erasing
+from vidtx.config import CropMode, DataConfig, RandAugmentConfig
+from vidtx.data.augment import auto_augment, rand_augment, random_erasing
 from vidtx.media.resize import resize_frames
 
 Box = tuple[int, int, int, int]  # top, left, height, width
@@ -88,7 +88,7 @@ def scale_jitter_box(
 class TrainTransform:
     """The training augmentation of a clip, uint8 frames (T, H, W, C) -> uint8 (T, crop, crop, C): a
     random resized crop (area fraction `scale`, aspect 3/4-4/3) or the paper's scale jitter and crop,
-    an optional horizontal flip, then optionally AutoAugment and random erasing
+    an optional horizontal flip, then optionally AutoAugment or RandAugment and random erasing
     (`vidtx.data.augment`), all with one draw per clip."""
 
     def __init__(
@@ -100,11 +100,12 @@ class TrainTransform:
         crop: CropMode = "random_resized",
         scale_jitter: tuple[float, float] = (0.9, 1.3),
         auto_augment: bool = False,
+        rand_augment: RandAugmentConfig | None = None,
         random_erasing: float = 0.0,
     ) -> None:
         self.crop_size, self.scale, self.horizontal_flip = crop_size, scale, horizontal_flip
         self.crop, self.scale_jitter = crop, scale_jitter
-        self.auto_augment, self.random_erasing = auto_augment, random_erasing
+        self.auto_augment, self.rand_augment, self.random_erasing = auto_augment, rand_augment, random_erasing
 
     @classmethod
     def from_config(cls, cfg: DataConfig) -> TrainTransform:
@@ -115,6 +116,7 @@ class TrainTransform:
             crop=cfg.crop,
             scale_jitter=cfg.scale_jitter,
             auto_augment=cfg.auto_augment,
+            rand_augment=cfg.rand_augment,
             random_erasing=cfg.random_erasing,
         )
 
@@ -130,6 +132,10 @@ class TrainTransform:
             clip = clip.flip(2)
         if self.auto_augment:
             clip = auto_augment(clip.contiguous(), rng)
+        if self.rand_augment is not None:
+            clip = rand_augment(
+                clip.contiguous(), self.rand_augment.magnitude, self.rand_augment.num_ops, rng
+            )
         if self.random_erasing and rng.random() < self.random_erasing:
             clip = random_erasing(clip, rng)
         return clip

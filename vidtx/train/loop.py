@@ -26,7 +26,7 @@ from vidtx.tracking.rank_zero import RankZeroMetrics
 from vidtx.train.checkpoint import TrainState, restore, save_and_report, trained_model
 from vidtx.train.compilation import warn_about_graph_breaks
 from vidtx.train.engine import build_engine
-from vidtx.train.loss import classification_loss, mixup
+from vidtx.train.loss import BatchMix, classification_loss, mix_batch
 from vidtx.train.payload import WorkerPayload
 from vidtx.train.starting_weights import StartReport, start_from
 from vidtx.train.throughput import ThroughputMeter, format_duration
@@ -71,7 +71,8 @@ class WorkerTrainer:
             self.state.epoch += 1  # a fresh (seeded) data stream instead of replaying the last one
             logger.info("rank %d resumed at step %d", self.rank, self.state.step)
         torch.manual_seed(train.seed + 1000 * self.rank + self.state.step)  # dropout / drop path
-        self.rng = np.random.default_rng([train.seed, self.rank, self.state.step])  # mixup
+        self.rng = np.random.default_rng([train.seed, self.rank, self.state.step])  # batch mixing
+        self.mix = BatchMix.from_config(train)
         self.metrics = RankZeroMetrics(self.rank, payload.tracking_uri, payload.mlflow_run_id)
         if not restored:  # what the run trains, logged once
             self.metrics.log_text(built.groups_table, "param_groups.md")
@@ -123,11 +124,12 @@ class WorkerTrainer:
     def _micro_step(self, clips: torch.Tensor, labels: torch.Tensor) -> float:
         clips = self._to_model(clips)
         labels = labels.to(self.engine.device, non_blocking=True)
-        targets: torch.Tensor = labels
-        if self.cfg.train.mixup_alpha > 0:
-            clips, targets = mixup(clips, labels, self.num_classes, self.cfg.train.mixup_alpha, self.rng)
+        targets: torch.Tensor = labels  # (B,), or soft (B, num_classes) when mixed
+        train = self.cfg.train
+        if self.mix.enabled:
+            clips, targets = mix_batch(clips, labels, self.num_classes, self.mix, train.label_smoothing, self.rng)
         logits = self.engine(clips)  # (B, num_classes)
-        loss = classification_loss(logits, targets, self.cfg.train.label_smoothing)
+        loss = classification_loss(logits, targets, train.label_smoothing)
         self.engine.backward(loss)
         self.engine.step()  # applies the update at the gradient-accumulation boundary only
         return loss.item()
