@@ -19,6 +19,7 @@ from vidtx.config.training import ModelConfig, TrainConfig
 from vidtx.locations import StorageLocation
 
 Ensemble = Literal["logits_sum", "prob_mean"]
+EvalWeights = Literal["auto", "ema", "raw"]
 
 
 class EvalConfig(StrictModel):
@@ -37,6 +38,11 @@ class EvalConfig(StrictModel):
     ensemble: Ensemble = Field("logits_sum", description="Primary way to combine views (both are reported).")
     batch_size: int = Field(8, ge=1, description="Videos per evaluation batch (each with all its views).")
     num_workers: int = Field(1, ge=1, description="Ray workers for evaluation (1: in one process).")
+    weights: EvalWeights = Field(
+        "auto",
+        description="Which weights of a Ray checkpoint are evaluated and registered: ema (train.ema's "
+        "average), raw, or auto (the average where the run kept one).",
+    )
 
 
 class RegistryConfig(StrictModel):

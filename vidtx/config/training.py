@@ -170,6 +170,13 @@ class TrainConfig(StrictModel):
         description="Parameters not trained (kept as loaded, left out of the optimizer): name patterns "
         "(fnmatch: 'blocks.0.*', 'patch_embed.*'), or 'trunk' for everything but the head (a linear probe).",
     )
+    ema: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Keep an exponential moving average of the weights with this decay (VideoMAE: 0.9999), "
+        "validated beside them; eval.weights picks which are evaluated and registered (None: off).",
+    )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     label_smoothing: float = Field(0.0, ge=0, lt=1, description="Cross-entropy label smoothing.")
@@ -223,6 +230,16 @@ class TrainConfig(StrictModel):
                 "ZeRO-3's parameter gathers (its first step did not end); use zero_stage <= 2, or compile off"
             )
         return compile
+
+    @field_validator("ema")
+    @classmethod
+    def _ema_below_zero_3(cls, ema: float | None, info: ValidationInfo) -> float | None:
+        if ema is not None and info.data.get("zero_stage") == 3:
+            raise ValueError(
+                "a weight average needs whole parameters on each rank, which ZeRO-3 partitions: use "
+                "zero_stage <= 2, or ema off"
+            )
+        return ema
 
     @field_validator("global_batch_size")
     @classmethod

@@ -4,7 +4,7 @@ any trained model named by a checkpoint or a registry URI back as a module.
 Ray Train merges the ranks' files into one checkpoint directory under `<storage>/<run name>/`, keeps
 the best ones by validation top-1 plus always the latest, and hands the latest back through
 `ray.train.get_checkpoint()` after a restart. Each holds the class names it was trained on
-(`class_names.json`). `consolidated_state_dict` turns any of them into a plain fp32 state dict
+(`class_names.json`), and the weight average when the run keeps one (`ema.pt`). `consolidated_state_dict` turns any of them into a plain fp32 state dict
 (DeepSpeed's own ZeRO consolidation for stages 1-3); `trained_model` reads a Ray checkpoint, a vidtx
 `.pt` file or a registered model (`models:/<name>@<alias>`): the one resolver that evaluation, the
 registry's packaging and a training's `model.init_from` use.
@@ -22,12 +22,13 @@ import ray.train
 import torch
 from torch import nn
 
-from vidtx.config import PipelineConfig
+from vidtx.config import ConfigError, PipelineConfig
 from vidtx.model_factory import model_for
 from vidtx.models import load_checkpoint
 from vidtx.tracking.model_registry import load_registered_model
 from vidtx.tracking.runs import resolve_tracking_uri
 from vidtx.train.accelerator import import_deepspeed
+from vidtx.train.ema import WeightAverage, load_average
 from vidtx.train.optim import parameter_groups
 
 TAG = "state"  # DeepSpeed tag inside every checkpoint directory ("latest" would clash with its index file)
@@ -52,14 +53,18 @@ def save_and_report(
     metrics: dict[str, float],
     class_names: list[str],
     group_names: list[list[str]],
+    ema: WeightAverage | None = None,
 ) -> None:
     """Collective: every rank writes its shard, then every rank reports (Ray merges the directories).
     The client state holds the loop's state and `group_names`, each optimizer group's parameter names
-    (what ZeRO-0's fp32 master copies are matched by in `consolidated_state_dict`)."""
+    (what ZeRO-0's fp32 master copies are matched by in `consolidated_state_dict`); rank 0 adds the
+    weight average, if the run keeps one."""
     client_state = {"train_state": dataclasses.asdict(state), GROUP_NAMES: group_names}
     with tempfile.TemporaryDirectory(prefix="vidtx-ckpt-") as directory:
         engine.save_checkpoint(directory, tag=TAG, client_state=client_state)
         Path(directory, CLASS_NAMES).write_text(json.dumps(class_names))
+        if ema is not None and engine.global_rank == 0:
+            ema.save(directory)
         ray.train.report(
             metrics,
             checkpoint=ray.train.Checkpoint.from_directory(directory),
@@ -67,13 +72,15 @@ def save_and_report(
         )
 
 
-def restore(engine: Any) -> TrainState | None:
-    """Load the latest reported checkpoint into the engine (model, optimizer, scheduler), if any."""
+def restore(engine: Any, ema: WeightAverage | None = None) -> TrainState | None:
+    """Load the latest reported checkpoint into the engine (model, optimizer, scheduler) and `ema`, if any."""
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return None
     with checkpoint.as_directory() as directory:
         path, client_state = engine.load_checkpoint(directory, tag=TAG)
+        if ema is not None:
+            ema.load(directory)
     if path is None:
         raise RuntimeError(f"DeepSpeed could not load the checkpoint in {checkpoint.path}")
     return TrainState(**client_state["train_state"])
@@ -137,8 +144,21 @@ def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
         recorded = Path(directory, CLASS_NAMES)
         class_names = json.loads(recorded.read_text()) if recorded.is_file() else None
         model = model_for(config, num_classes=len(class_names) if class_names else None)
-        model.load_state_dict(consolidated_state_dict(directory, model))
+        model.load_state_dict(
+            consolidated_state_dict(directory, model) | _chosen_average(config, directory, checkpoint)
+        )
     return TrainedModel(model, class_names)
+
+
+def _chosen_average(config: PipelineConfig, directory: str, checkpoint: str) -> dict[str, torch.Tensor]:
+    """The weight average that `eval.weights` puts over a checkpoint's raw weights (none for raw)."""
+    choice = config.eval.weights
+    average = load_average(directory) if choice != "raw" else None
+    if choice == "ema" and average is None:
+        raise ConfigError(
+            f"eval.weights: ema, but {checkpoint} holds no weight average (trained without train.ema)"
+        )
+    return average or {}
 
 
 def load_trained_model(config: PipelineConfig, checkpoint: str) -> nn.Module:

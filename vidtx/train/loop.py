@@ -16,20 +16,21 @@ import ray.train
 import torch
 import torch.distributed as dist
 
-from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.data.loader import build_train_loader
 from vidtx.data.transforms import normalize_clips
-from vidtx.eval.metrics import top_k_correct
 from vidtx.manifest import load_manifest
 from vidtx.model_factory import model_for
 from vidtx.models import count_flops
 from vidtx.tracking.rank_zero import RankZeroMetrics
 from vidtx.train.checkpoint import TrainState, restore, save_and_report, trained_model
 from vidtx.train.compilation import warn_about_graph_breaks
+from vidtx.train.ema import WeightAverage
 from vidtx.train.engine import build_engine
 from vidtx.train.loss import BatchMix, classification_loss, mix_batch
 from vidtx.train.payload import WorkerPayload
 from vidtx.train.starting_weights import StartReport, start_from
 from vidtx.train.throughput import ThroughputMeter, format_duration
+from vidtx.train.validation import validate
 
 logger = logging.getLogger("vidtx.train")
 
@@ -62,10 +63,11 @@ class WorkerTrainer:
         flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
         built = build_engine(model, train)
         self.engine, self.group_names = built.engine, built.group_names
+        self.ema = WeightAverage(self.engine.module, train.ema) if train.ema else None
         self.dtype = DTYPES[train.precision]
         self.clips_per_step = train.micro_batch_size * train.gradient_accumulation_steps * self.world_size
 
-        restored = restore(self.engine)
+        restored = restore(self.engine, self.ema)
         self.state = restored or TrainState()
         if restored:
             self.state.epoch += 1  # a fresh (seeded) data stream instead of replaying the last one
@@ -127,7 +129,9 @@ class WorkerTrainer:
         targets: torch.Tensor = labels  # (B,), or soft (B, num_classes) when mixed
         train = self.cfg.train
         if self.mix.enabled:
-            clips, targets = mix_batch(clips, labels, self.num_classes, self.mix, train.label_smoothing, self.rng)
+            clips, targets = mix_batch(
+                clips, labels, self.num_classes, self.mix, train.label_smoothing, self.rng
+            )
         logits = self.engine(clips)  # (B, num_classes)
         loss = classification_loss(logits, targets, train.label_smoothing)
         self.engine.backward(loss)
@@ -138,44 +142,6 @@ class WorkerTrainer:
         tensor = torch.tensor(values, dtype=torch.float64)
         dist.all_reduce(tensor)
         return (tensor / self.world_size).tolist()
-
-    @torch.no_grad()
-    def validate(self) -> dict[str, float]:
-        """Top-1/top-5/loss on the validation split, centre view, summed over ranks.
-
-        Ranks hold different numbers of clips; they agree each iteration whether anyone still has a
-        batch and run a throw-away forward when they do not, so ZeRO-3's gathers stay in lock-step.
-        """
-        data, train = self.cfg.data, self.cfg.train
-        loader = iter(build_eval_loader(data, data.val_split, batch_size=train.micro_batch_size))
-        totals = torch.zeros(4, dtype=torch.float64)  # correct@1, correct@5, loss sum, clips
-        self.engine.eval()
-        for _ in range(train.val_max_batches or 10**12):
-            batch = next(loader, None)
-            active = torch.tensor([batch is not None], dtype=torch.int64)
-            dist.all_reduce(active)
-            if not active.item():
-                break
-            if batch is None:
-                shape = (1, 3, data.num_frames, data.crop_size, data.crop_size)
-                self.engine(torch.zeros(shape, dtype=self.dtype, device=self.engine.device))
-                continue
-            views, labels, _ = batch  # uint8 (B, 1, T, H, W, C)
-            logits = self.engine(self._to_model(views[:, 0])).float().cpu()
-            loss_sum = torch.nn.functional.cross_entropy(logits, labels, reduction="sum").item()
-            totals += torch.tensor(
-                [*top_k_correct(logits, labels), loss_sum, len(labels)], dtype=torch.float64
-            )
-        self.engine.train()
-        dist.all_reduce(totals)
-        correct1, correct5, loss_sum, clips = totals.tolist()
-        clips = max(clips, 1.0)
-        return {
-            "val/top1": correct1 / clips,
-            "val/top5": correct5 / clips,
-            "val/loss": loss_sum / clips,
-            "val/clips": clips,
-        }
 
     # ----------------------------------------------------------------------------------------------
 
@@ -189,6 +155,8 @@ class WorkerTrainer:
             while self.state.step < train.max_steps:
                 for _ in range(train.gradient_accumulation_steps):
                     losses.append(self._micro_step(*next(batches)))
+                if self.ema is not None:
+                    self.ema.update()
                 self.state.step += 1
                 if self.state.step == first_step + 1 and train.compile.enabled:
                     warn_about_graph_breaks()  # the first step compiled the model
@@ -204,18 +172,35 @@ class WorkerTrainer:
                     report |= self._validate_and_log(step)
                 if is_checkpoint:
                     self.state.best_top1 = max(self.state.best_top1, report.get("val_top1", -1.0))
-                    save_and_report(self.engine, self.state, report, self.class_names, self.group_names)
+                    save_and_report(
+                        self.engine, self.state, report, self.class_names, self.group_names, self.ema
+                    )
         finally:
             self.metrics.close()
 
     def _validate_and_log(self, step: int) -> dict[str, float]:
-        """Validate, log, and return what a checkpoint report carries (Ray keeps the best by it)."""
-        validation = self.validate()
-        self.metrics.log(validation, step)
+        """Validate the weights and their average (if kept), log both, and return what a checkpoint
+        report carries: Ray keeps the best by the top-1 of the weights `eval.weights` evaluates."""
+        train, data = self.cfg.train, self.cfg.data
+        passes = {
+            "val": validate(self.engine, data, train.micro_batch_size, train.val_max_batches, self._to_model)
+        }
+        if self.ema is not None:
+            with self.ema.swapped_in():
+                passes["val_ema"] = validate(
+                    self.engine, data, train.micro_batch_size, train.val_max_batches, self._to_model
+                )
+        for prefix, results in passes.items():
+            self.metrics.log({f"{prefix}/{name}": value for name, value in results.items()}, step)
         logger.info(
-            "step %d validation top-1 %.3f top-5 %.3f", step, validation["val/top1"], validation["val/top5"]
+            "step %d validation top-1 %.3f top-5 %.3f%s",
+            step,
+            passes["val"]["top1"],
+            passes["val"]["top5"],
+            f" (average: top-1 {passes['val_ema']['top1']:.3f})" if "val_ema" in passes else "",
         )
-        return {"val_top1": validation["val/top1"], "val_loss": validation["val/loss"]}
+        chosen = passes["val_ema" if "val_ema" in passes and self.cfg.eval.weights != "raw" else "val"]
+        return {"val_top1": chosen["top1"], "val_loss": chosen["loss"]}
 
     def _log_progress(self, losses: list[float]) -> None:
         train = self.cfg.train
