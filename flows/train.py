@@ -44,7 +44,11 @@ def run_training(config: PipelineConfig, given: BaseModel) -> TrainResult:
 
     def on_progress(step: int, max_steps: int, metrics: dict[str, float], validation: str | None) -> None:
         update_progress_artifact(progress_id, 100.0 * step / max_steps)
-        shown = {k: v for k, v in metrics.items() if k.startswith(("train/loss", "train/clips"))}
+        shown = {
+            k: v
+            for k, v in metrics.items()
+            if k in ("train/loss", "train/clips_per_second", "train/data_wait")
+        }
         line = f"step {step}/{max_steps} " + " ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()))
         logger.info(line + (f"; {validation}" if validation else ""))
 

@@ -284,7 +284,11 @@ def test_the_run_forms_schema_has_titles_plain_text_no_none_tabs_and_dict_defaul
         "description": "Clips per optimizer step over all workers (empty: no accumulation).",
     }  # fmt: skip
     nullable = sorted(key for key, prop in props.items() if {"type": "null"} in prop.get("anyOf", []))
-    assert nullable == ["data.rand_augment", "shard.reencode", "synth"]  # sections keep their tabs, None the default
+    assert nullable == [
+        "data.rand_augment",
+        "shard.reencode",
+        "synth",
+    ]  # sections keep their tabs, None the default
     assert [o.get("title") for o in props["synth"]["anyOf"]] == ["Synth", None]  # the tabs
     assert props["synth"]["default"] is None
     dicts = ("synth.videos_per_class", "model.options", "train.deepspeed", "train.cluster.runtime_env")

@@ -4,16 +4,22 @@ name. The engines are real DeepSpeed engines in the test's own process (one rank
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 
 import pytest
 import torch
 from engines import trained_weights
+from mlflow import MlflowClient
 
-from vidtx.config import TrainConfig
+from vidtx.config import TrainConfig, dump_config, load_config
 from vidtx.models import create_model
-from vidtx.train.checkpoint import TrainedModel
+from vidtx.tracking.lineage import INIT_FROM_TAG
+from vidtx.train.checkpoint import TrainedModel, trained_model
+from vidtx.train.ema import EMA_FILE
 from vidtx.train.engine import TRUNK, build_engine, is_frozen, unmatched_patterns
+from vidtx.train.launcher import train
 from vidtx.train.optim import build_optimizer, layer_of, parameter_groups
 from vidtx.train.starting_weights import classifier_names, start_from
 
@@ -150,3 +156,61 @@ def test_a_source_without_class_names_is_compared_by_count() -> None:
         create_model("xvit_tiny", num_classes=5), trained_source(None, 3), list("abcde"), "a.pt"
     )
     assert other.initialised == ["head.fc2.weight", "head.fc2.bias"]
+
+
+# --- every knob in one run through the launcher `vidtx train` calls -----------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_fine_tunes_an_earlier_run_with_the_trainer_s_knobs(trained_run: tuple, tmp_path: Path) -> None:
+    """The session's trained run, fine-tuned for 4 steps on 2 Ray workers as `vidtx train FILE --set ...`
+    configures it: started from its best checkpoint, patch embedding and block 0 frozen, layer decay,
+    a weight average, mixup and CutMix, RandAugment, steps 2-3 profiled."""
+    source_config, source = trained_run
+    (tmp_path / "source.yaml").write_text(dump_config(source_config))
+    config = load_config(
+        tmp_path / "source.yaml",
+        [
+            f"workdir={tmp_path}",
+            f"train.storage_path={tmp_path / 'ray'}",
+            f"model.init_from={source.best_checkpoint}",
+            "train.freeze=[patch_embed.*, blocks.0.*]",
+            "train.optimizer.layer_decay=0.75",
+            "train.ema=0.9",
+            "train.mixup_alpha=0.8",
+            "train.cutmix_alpha=1.0",
+            "data.rand_augment={magnitude: 7, num_ops: 2}",
+            "train.profile_steps=[2, 3]",
+            "train.max_steps=4",
+            "train.checkpoint_every=4",
+            "train.zero_stage=1",
+            "train.precision=fp32",  # bf16 would round the frozen weights once, as the engine starts
+        ],
+    )
+    result = train(config, run_name="fine-tuned")
+
+    assert (Path(result.checkpoint) / EMA_FILE).is_file()
+    raw = config.model_copy(update={"eval": config.eval.model_copy(update={"weights": "raw"})})
+    before = trained_model(raw, source.best_checkpoint).module.state_dict()
+    after = trained_model(raw, result.checkpoint).module.state_dict()
+    frozen = [name for name in after if is_frozen(name, config.train.freeze)]
+    assert frozen
+    assert all(torch.equal(after[name], before[name]) for name in frozen)  # bit for bit
+    assert not torch.equal(after["blocks.3.mlp.fc1.weight"], before["blocks.3.mlp.fc1.weight"])
+
+    client = MlflowClient(result.tracking_uri)
+    run = client.get_run(result.mlflow_run_id)
+    assert run.data.tags[INIT_FROM_TAG] == source.best_checkpoint  # lineage: where the weights came from
+    started = client.download_artifacts(run.info.run_id, "init_from.txt", str(tmp_path))
+    assert "the same classes: its classifier continues" in Path(started).read_text()
+    groups = Path(client.download_artifacts(run.info.run_id, "param_groups.md", str(tmp_path))).read_text()
+    assert "| layer_00_decay |" not in groups  # the patch embedding's matrix is frozen
+    assert f"| layer_00_no_decay | {0.003 * 0.75**5:.3g} |" in groups  # tokens and positions: lr x 0.75^5
+    assert "| layer_05_decay | 0.003 |" in groups  # the head: the full learning rate
+    assert "| frozen | - | - | 14 tensors |" in groups
+    for metric in ("val/top1", "val_ema/top1", "train/data_wait"):
+        assert metric in run.data.metrics
+    profile = Path(client.download_artifacts(run.info.run_id, "profile", str(tmp_path)))
+    trace = json.loads(gzip.decompress((profile / "trace.json.gz").read_bytes()))
+    assert any(event.get("name", "").startswith("aten::") for event in trace["traceEvents"])
+    assert (profile / "operators.txt").read_text().startswith("steps 2-3\n")

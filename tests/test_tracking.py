@@ -1,3 +1,4 @@
+import json
 import os
 import socket
 import subprocess
@@ -7,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from vidtx.config import PipelineConfig, load_config
+from vidtx.manifest import load_manifest
+from vidtx.tracking.datasets import log_dataset_inputs
 from vidtx.tracking.rank_zero import STEP_METRIC, RankZeroMetrics
 from vidtx.tracking.runs import (
     DRIVER_TAG,
@@ -137,3 +140,25 @@ def test_a_run_whose_process_is_gone_is_ended_killed_at_the_next_start(tracking_
     assert runs["pid-reused-run"].info.status == "KILLED"
     assert client.get_run(live).info.status == client.get_run(elsewhere).info.status == "RUNNING"
     assert end_orphaned_runs(client, "exp-orphans") == []
+
+
+def test_a_run_records_its_splits_as_mlflow_dataset_inputs_once(
+    tracking_uri: str, synthetic_shards: tuple[Path, Path]
+) -> None:
+    _, shards = synthetic_shards
+    client = connect(tracking_uri)
+    run_id = start_or_resume_run(client, load_config(None, []), "with-data")
+    splits = {"training": load_manifest(shards, "train"), "validation": load_manifest(shards, "val")}
+    for _ in range(2):  # a resumed run logs them again: nothing is added
+        log_dataset_inputs(client, run_id, shards, splits)
+    inputs = client.get_run(run_id).inputs.dataset_inputs
+    assert sorted((i.tags[0].key, i.tags[0].value) for i in inputs) == [
+        ("mlflow.data.context", "training"),
+        ("mlflow.data.context", "validation"),
+    ]
+    for given in inputs:
+        manifest = splits[given.tags[0].value]
+        assert given.dataset.name == f"{shards.name}/{manifest.split}"
+        assert given.dataset.digest == manifest.content_hash[:16]  # the same data, the same digest
+        assert json.loads(given.dataset.source) == {"uri": str(shards / f"{manifest.split}.manifest.json")}
+        assert given.dataset.source_type == "local"

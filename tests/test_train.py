@@ -24,6 +24,7 @@ import torch
 from media import cut_in_video
 from mlflow import MlflowClient
 from sockets import exposed, listening_sockets, process_tree
+from training_runs import history, run_config
 
 from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig, ShardConfig, dump_config, load_config
@@ -37,7 +38,7 @@ from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
 from vidtx.train.launcher import train
-from vidtx.train.payload import TrainResult, checkpoint_uri
+from vidtx.train.payload import checkpoint_uri
 
 pytestmark = pytest.mark.slow
 
@@ -46,18 +47,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def run_config(dataset: PipelineConfig, tmp_path: Path, **train: object) -> PipelineConfig:
-    config = dataset.model_copy(deep=True)
-    config.workdir = tmp_path
-    config.train = config.train.model_copy(update={"storage_path": str(tmp_path / "ray"), **train})
-    return config
-
-
-def history(result: TrainResult, metric: str) -> dict[int, float]:
-    client = MlflowClient(result.tracking_uri)
-    return {point.step: point.value for point in client.get_metric_history(result.mlflow_run_id, metric)}
 
 
 def test_two_workers_zero2_bf16_loss_goes_down(trained_run: tuple) -> None:
@@ -80,6 +69,19 @@ def test_two_workers_zero2_bf16_loss_goes_down(trained_run: tuple) -> None:
     assert run.data.params["train.zero_stage"] == "2"
     for metric in ("train/lr", "train/clips_per_second", "train/samples_seen", "train/grad_norm", "val/top1"):
         assert metric in run.data.metrics
+    waits = history(result, "train/data_wait")  # the share of wall time the ranks waited for batches
+    assert len(waits) == 150
+    assert all(
+        0 <= wait <= slowest <= 1
+        for wait, slowest in zip(waits.values(), history(result, "train/data_wait_max").values(), strict=True)
+    )
+    assert waits[1] > 0  # the first batch waits for the loader to start
+    inputs = {i.tags[0].value: i.dataset for i in run.inputs.dataset_inputs}  # MLflow dataset inputs
+    shards = trained_run[0].data.shards
+    for context, split in (("training", "train"), ("validation", "val")):
+        assert inputs[context].name == f"{shards.name}/{split}"
+        assert inputs[context].digest == load_manifest(shards, split).content_hash[:16]
+        assert json.loads(inputs[context].source)["uri"].endswith(f"{split}.manifest.json")
 
 
 @pytest.fixture(scope="module")

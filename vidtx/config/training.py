@@ -195,6 +195,11 @@ class TrainConfig(StrictModel):
     keep_checkpoints: int = Field(2, ge=1, description="Latest checkpoints kept besides the best.")
     val_every: int = Field(50, ge=1, description="Steps between validation passes.")
     val_max_batches: int | None = Field(None, ge=1, description="Cap on validation batches per worker.")
+    profile_steps: tuple[int, int] | None = Field(
+        None,
+        description="Optimizer steps [first, last] (1-based) traced by the torch profiler on rank 0, logged "
+        "as MLflow artifacts under profile/ (a Perfetto/Chrome trace and the top operators).",
+    )
     peak_tflops: float | None = Field(None, gt=0, description="Per-device peak for MFU (None: not shown).")
     seed: int = Field(0, description="Seeds the weights, the data order, dropout and batch mixing.")
 
@@ -240,6 +245,16 @@ class TrainConfig(StrictModel):
                 "zero_stage <= 2, or ema off"
             )
         return ema
+
+    @field_validator("profile_steps")
+    @classmethod
+    def _steps_in_the_run(cls, steps: tuple[int, int] | None, info: ValidationInfo) -> tuple[int, int] | None:
+        max_steps = info.data.get("max_steps")
+        if steps is not None and not 1 <= steps[0] <= steps[1] <= (max_steps or steps[1]):
+            raise ValueError(
+                f"{list(steps)}: must be [first, last] with 1 <= first <= last <= max_steps ({max_steps})"
+            )
+        return steps
 
     @field_validator("global_batch_size")
     @classmethod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import mlflow
 
@@ -47,6 +48,11 @@ class RankZeroMetrics:
         """A text artifact of the run (rank 0)."""
         if self.enabled:
             mlflow.log_text(text, artifact_file)
+
+    def log_artifacts(self, folder: Path, artifact_path: str) -> None:
+        """The files of `folder` as artifacts under `artifact_path` (rank 0)."""
+        if self.enabled:
+            mlflow.log_artifacts(str(folder), artifact_path)
 
     def close(self) -> None:
         if self.enabled:

@@ -26,9 +26,11 @@ from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig
 from vidtx.data.shares import UnreadableShardsError
 from vidtx.locations import is_remote, location
+from vidtx.manifest import load_manifest
 from vidtx.model_factory import check_model_config
 from vidtx.processes import sigterm_raises, stopped_from_outside
 from vidtx.ray_session import is_jobs_api, ray_session, worker_env
+from vidtx.tracking.datasets import log_dataset_inputs
 from vidtx.tracking.lineage import INIT_FROM_TAG, MANIFEST_HASH_TAG
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
@@ -93,6 +95,10 @@ def _train_on_ray(
         lineage[INIT_FROM_TAG] = config.model.init_from
     end_orphaned_runs(client, config.tracking.experiment)
     run_id = start_or_resume_run(client, config, run_name, lineage, recorded)
+    splits = {"training": manifest}
+    if validation:
+        splits["validation"] = load_manifest(config.data.shards, config.data.val_split)
+    log_dataset_inputs(client, run_id, config.data.shards, splits)
 
     storage_path = storage_location(train_cfg.storage_path)
     storage.check(location(storage_path))  # an unusable bucket is one line now, not a Ray error later

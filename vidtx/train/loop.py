@@ -8,6 +8,7 @@ optimizer steps with periodic validation and checkpoints. Rank 0 logs to the run
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,7 @@ from vidtx.train.ema import WeightAverage
 from vidtx.train.engine import build_engine
 from vidtx.train.loss import BatchMix, classification_loss, mix_batch
 from vidtx.train.payload import WorkerPayload
+from vidtx.train.profiling import StepProfiler
 from vidtx.train.starting_weights import StartReport, start_from
 from vidtx.train.throughput import ThroughputMeter, format_duration
 from vidtx.train.validation import validate
@@ -86,6 +88,9 @@ class WorkerTrainer:
             self.metrics.log_always({"train/resumed_from_step": float(self.state.step)}, self.state.step)
         peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
         self.meter = ThroughputMeter(self.world_size, flops, peak)
+        self.profiler = StepProfiler(
+            train.profile_steps, self.rank == 0, lambda folder: self.metrics.log_artifacts(folder, "profile")
+        )
 
     def _start_from(self, model: torch.nn.Module) -> StartReport:
         """`model.init_from`'s weights into `model` (a resumed run then loads its own checkpoint)."""
@@ -138,10 +143,11 @@ class WorkerTrainer:
         self.engine.step()  # applies the update at the gradient-accumulation boundary only
         return loss.item()
 
-    def _mean_over_ranks(self, values: list[float]) -> list[float]:
+    def _over_ranks(self, values: list[float], op: dist.ReduceOp.RedOpType) -> list[float]:
+        """`values` reduced over the ranks by `op` (SUM is returned as the mean)."""
         tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor)
-        return (tensor / self.world_size).tolist()
+        dist.all_reduce(tensor, op=op)
+        return (tensor / self.world_size if op == dist.ReduceOp.SUM else tensor).tolist()
 
     # ----------------------------------------------------------------------------------------------
 
@@ -153,8 +159,12 @@ class WorkerTrainer:
         first_step = self.state.step
         try:
             while self.state.step < train.max_steps:
+                self.profiler.step_starts(self.state.step + 1)
                 for _ in range(train.gradient_accumulation_steps):
-                    losses.append(self._micro_step(*next(batches)))
+                    asked = time.perf_counter()
+                    clips, labels = next(batches)
+                    self.meter.waited(time.perf_counter() - asked)
+                    losses.append(self._micro_step(clips, labels))
                 if self.ema is not None:
                     self.ema.update()
                 self.state.step += 1
@@ -163,6 +173,7 @@ class WorkerTrainer:
                 self.state.samples_seen += self.clips_per_step
                 self.meter.update(self.clips_per_step)
                 step = self.state.step
+                self.profiler.step_ends(step)
                 if step % train.log_every == 0 or step == train.max_steps:
                     self._log_progress(losses)
                     losses = []
@@ -204,10 +215,13 @@ class WorkerTrainer:
 
     def _log_progress(self, losses: list[float]) -> None:
         train = self.cfg.train
-        (loss,) = self._mean_over_ranks([float(np.mean(losses))])
         rates = self.meter.lap()
+        loss, data_wait = self._over_ranks([float(np.mean(losses)), rates["data_wait"]], dist.ReduceOp.SUM)
+        (slowest_wait,) = self._over_ranks([rates["data_wait"]], dist.ReduceOp.MAX)
         metrics = {
             "train/loss": loss,
+            "train/data_wait": data_wait,  # mean over ranks of the wall time spent waiting for batches
+            "train/data_wait_max": slowest_wait,
             "train/lr": self.engine.get_lr()[0],
             "train/clips_per_second": rates["clips_per_second"],
             "train/samples_seen": float(self.state.samples_seen),
@@ -223,12 +237,13 @@ class WorkerTrainer:
         if self.rank == 0:
             eta = self.meter.eta_seconds(train.max_steps - self.state.step, self.clips_per_step)
             logger.info(
-                "step %d/%d loss %.4f lr %.3g %.1f clips/s%s eta %s",
+                "step %d/%d loss %.4f lr %.3g %.1f clips/s data wait %.0f%%%s eta %s",
                 self.state.step,
                 train.max_steps,
                 loss,
                 metrics["train/lr"],
                 rates["clips_per_second"],
+                100 * data_wait,
                 f" mfu {rates['mfu']:.1%}" if "mfu" in rates else "",
                 format_duration(eta),
             )

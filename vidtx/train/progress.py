@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 # (step, max_steps, latest metrics, the line of a validation result new since the last call, else None)
 ProgressCallback = Callable[[int, int, dict[str, float], str | None], None]
 VALIDATION_METRIC = "val/top1"
+DATA_WAIT_METRIC = "train/data_wait"
 
 
 @contextlib.contextmanager
@@ -45,7 +46,7 @@ def follow_progress(
                 step = last_logged_step(client, run_id, STEP_METRIC)
                 if step > reported:
                     metrics = dict(client.get_run(run_id).data.metrics)
-                    show(step, f"loss {metrics[STEP_METRIC]:.3f}" if STEP_METRIC in metrics else "")
+                    show(step, _progress_text(metrics))
                     validated, line = _new_validation(client, run_id, validated, metrics)
                     if line is not None:
                         logger.info(line)
@@ -65,6 +66,14 @@ def follow_progress(
         finally:
             stop.set()
             thread.join(timeout=60)
+
+
+def _progress_text(metrics: dict[str, float]) -> str:
+    """The bar's text: the loss, and the share of time the ranks waited for data."""
+    parts = [f"loss {metrics[STEP_METRIC]:.3f}"] if STEP_METRIC in metrics else []
+    if DATA_WAIT_METRIC in metrics:
+        parts.append(f"data wait {metrics[DATA_WAIT_METRIC]:.0%}")
+    return " ".join(parts)
 
 
 def _new_validation(

@@ -1,4 +1,5 @@
-"""Clips per second, model FLOPs utilisation and ETA over a window of training steps."""
+"""Clips per second, model FLOPs utilisation, the share of time spent waiting for data, and ETA over
+a window of training steps."""
 
 from __future__ import annotations
 
@@ -18,17 +19,24 @@ class ThroughputMeter:
         self.peak_flops = peak_flops
         self._start = time.perf_counter()
         self._clips = 0
+        self._waited = 0.0
         self.clips_per_second = 0.0
 
     def update(self, clips: int) -> None:
         self._clips += clips
 
+    def waited(self, seconds: float) -> None:
+        """Time this rank spent waiting for its next batch (the loader had none ready)."""
+        self._waited += seconds
+
     def lap(self) -> dict[str, float]:
-        """Rates since the previous lap (clips over all ranks); resets the window."""
+        """Rates since the previous lap (clips over all ranks) and `data_wait`, the fraction of this
+        rank's wall time spent waiting for batches; resets the window."""
         now = time.perf_counter()
-        self.clips_per_second = self._clips / max(now - self._start, 1e-9)
-        self._start, self._clips = now, 0
-        rates = {"clips_per_second": self.clips_per_second}
+        elapsed = max(now - self._start, 1e-9)
+        self.clips_per_second = self._clips / elapsed
+        rates = {"clips_per_second": self.clips_per_second, "data_wait": min(self._waited / elapsed, 1.0)}
+        self._start, self._clips, self._waited = now, 0, 0.0
         if self.train_flops_per_clip and self.peak_flops:
             per_device = self.clips_per_second / self.world_size
             rates["mfu"] = per_device * self.train_flops_per_clip / self.peak_flops
