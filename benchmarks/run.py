@@ -36,6 +36,7 @@ BENCHMARKS = [
     "sharding",
     "shard_ray",
     "training_overhead",
+    "training_knobs",
     "temporal_reasoning",
     "demo_augmentation",
 ]
