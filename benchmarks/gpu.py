@@ -12,6 +12,9 @@ Needs only torch (>= 2.4) and this repository (`vidtx.models`, `benchmarks/`). S
    (6 x forward MACs per clip x clips/s over the peak) and peak memory per micro-batch.
 3. SDPA backends: the 8-frame step at one micro-batch with each backend forced (flash, memory-
    efficient, cuDNN, math) and with vidtx's explicit math path.
+4. The trainer's knobs on the 8-frame model at that micro-batch (`benchmarks/training_knobs.py`):
+   activation checkpointing on/off (activation memory, step time), compiled (inductor) against
+   eager, the weight average's and the data-wait measurement's cost per step.
 
 Writes `benchmarks/results/gpu.json` and `gpu.md` (with --smoke: `runs/bench-quick/`).
 """
@@ -33,6 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmarks.results import REPO_ROOT, RESULTS_DIR, BenchmarkResult, Table, fmt, write_result
 from benchmarks.timing import peak_memory, synchronize, torch_threads
+from benchmarks.training_knobs import knob_tables, measure_knobs
 from vidtx.models import count_flops, create_model
 
 log = logging.getLogger("benchmarks.gpu")
@@ -219,7 +223,21 @@ def measure(sizes: Sizes, device: torch.device, deadline: float, quick: bool) ->
         backends = compare_backends(
             sizes.presets[backend_model], sizes.backend_micro_batch, device, sizes.steps
         )
-    return report(sizes, device, matmul, training, backends, backend_model, quick)
+    knobs = {}
+    if time.monotonic() < deadline:
+        log.info("trainer knobs on %s", backend_model)
+        knobs = measure_knobs(
+            {backend_model: sizes.presets[backend_model]},
+            device,
+            repeats=max(sizes.steps, 2),
+            micro_batch=sizes.backend_micro_batch,
+            backend="aot_eager" if quick else "inductor",  # inductor's compile takes a minute on a CPU
+        )
+    result = report(sizes, device, matmul, training, backends, backend_model, quick)
+    if knobs:
+        result.tables += knob_tables(knobs, sizes.backend_micro_batch)
+        result.raw["knobs"] = knobs
+    return result
 
 
 def mixing_cost(training: dict[str, dict]) -> list[str]:

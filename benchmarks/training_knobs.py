@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -82,13 +81,16 @@ def checkpointing(arguments: dict, micro_batch: int, device: torch.device, repea
     }
 
 
-def compiled(arguments: dict, micro_batch: int, device: torch.device, repeats: int) -> dict:
-    """Steps/s of the eager model and of `torch.compile(model)`; the compile's first step timed apart."""
+def compiled(
+    arguments: dict, micro_batch: int, device: torch.device, repeats: int, backend: str = "inductor"
+) -> dict:
+    """Steps/s of the eager model and of `torch.compile(model, backend=backend)`; the compile's first
+    step timed apart."""
     torch.manual_seed(0)
     eager = create_model(**arguments).to(device)
     torch.manual_seed(0)
     model = create_model(**arguments).to(device)
-    compiled_step = Step(torch.compile(model), micro_batch, device)
+    compiled_step = Step(torch.compile(model, backend=backend), micro_batch, device)
     started = time.perf_counter()
     compiled_step()  # compiles forward and backward
     first_step = time.perf_counter() - started
@@ -99,6 +101,7 @@ def compiled(arguments: dict, micro_batch: int, device: torch.device, repeats: i
         device=device,
     )
     return {
+        "backend": backend,
         "first_compiled_step_seconds": first_step,
         "step_seconds": {label: samples.to_json() for label, samples in times.items()},
         "speedup": round_ratios(times["eager"], times["compiled"]).median,
@@ -130,18 +133,21 @@ def per_step_costs(arguments: dict, micro_batch: int, device: torch.device, repe
     }
 
 
-def measure_knobs(presets: dict[str, dict], device: torch.device, repeats: int, micro_batch: int = 1) -> dict:
-    """Every measurement for every preset (`create_model` arguments by label)."""
+def measure_knobs(
+    presets: dict[str, dict],
+    device: torch.device,
+    repeats: int,
+    micro_batch: int = 1,
+    backend: str = "inductor",
+) -> dict:
+    """Every measurement for every preset (`create_model` arguments by label); `backend` compiles."""
     results = {}
     for label, arguments in presets.items():
-        log.info("%s: checkpointing, compile, per-step costs", label)
-        measurements: dict[str, Callable[..., dict]] = {
-            "checkpointing": checkpointing,
-            "compile": compiled,
-            "costs": per_step_costs,
-        }
+        log.info("%s: checkpointing, compile (%s), per-step costs", label, backend)
         results[label] = {
-            name: fn(arguments, micro_batch, device, repeats) for name, fn in measurements.items()
+            "checkpointing": checkpointing(arguments, micro_batch, device, repeats),
+            "compile": compiled(arguments, micro_batch, device, repeats, backend),
+            "costs": per_step_costs(arguments, micro_batch, device, repeats),
         }
     return results
 
@@ -182,7 +188,7 @@ def knob_tables(results: dict, micro_batch: int) -> list[Table]:
             checkpoint_rows,
         ),
         Table(
-            f"torch.compile (inductor) against eager, micro-batch {micro_batch}",
+            f"torch.compile ({next(iter(results.values()))['compile']['backend']}) against eager, micro-batch {micro_batch}",
             ["model", "steps/s eager", "steps/s compiled", "× speed", "first compiled step s"],
             compile_rows,
         ),

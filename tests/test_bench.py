@@ -257,6 +257,12 @@ def test_gpu_script_smoke_mode_runs_on_the_cpu(tmp_path: Path) -> None:
         assert measured["micro_batches"]["1"]["peak_bytes"] > 0
     assert "step_seconds" in document["raw"]["sdpa_backends"]["flash"]
     assert "step_seconds" in document["raw"]["sdpa_backends"]["math (vidtx)"]
+    (knobs,) = document["raw"]["knobs"].values()  # the trainer's knobs on the first preset
+    assert (
+        knobs["checkpointing"]["activation_bytes"]["on"] < knobs["checkpointing"]["activation_bytes"]["off"]
+    )
+    assert knobs["compile"]["step_seconds"]["compiled"]["median"] > 0
+    assert 0 < knobs["costs"]["ema_fraction"] < 1
     assert "smoke test" in (tmp_path / "gpu.md").read_text()
 
 
