@@ -13,7 +13,8 @@ import torch
 from engines import trained_weights
 from mlflow import MlflowClient
 
-from vidtx.config import TrainConfig, dump_config, load_config
+from vidtx.config import PipelineConfig, TrainConfig, dump_config, load_config
+from vidtx.manifest import load_manifest
 from vidtx.models import create_model
 from vidtx.tracking.lineage import INIT_FROM_TAG
 from vidtx.train.checkpoint import TrainedModel, trained_model
@@ -214,3 +215,21 @@ def test_a_run_fine_tunes_an_earlier_run_with_the_trainer_s_knobs(trained_run: t
     trace = json.loads(gzip.decompress((profile / "trace.json.gz").read_bytes()))
     assert any(event.get("name", "").startswith("aten::") for event in trace["traceEvents"])
     assert (profile / "operators.txt").read_text().startswith("steps 2-3\n")
+
+
+@pytest.mark.slow
+def test_a_registered_model_is_a_starting_point_with_its_class_names(
+    tiny_config: PipelineConfig, registered_model: str
+) -> None:
+    """`model.init_from=models:/name@alias`: the registry's own version, its class names compared by
+    name with this run's (here the same classes in another order: its classifier continues, reordered)."""
+    config = tiny_config.model_copy(
+        update={"tracking": tiny_config.tracking.model_copy(update={"tracking_uri": registered_model})}
+    )
+    source = trained_model(config, "models:/predict-test@champion")
+    assert source.class_names == load_manifest(config.data.shards, "train").class_names
+    model = create_model("xvit_tiny", num_classes=4, num_frames=4, img_size=32)
+    report = start_from(model, source, source.class_names[::-1], "models:/predict-test@champion")
+    assert report.initialised == []
+    (weight, _) = classifier_names(model, 4)
+    assert torch.equal(model.state_dict()[weight], source.module.state_dict()[weight].flip(0))
