@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow import MlflowClient
+from training_runs import history
 
 from benchmarks.ray_nodes import LocalCluster, head_and_node_b
 from vidtx.config import PipelineConfig
@@ -71,11 +72,6 @@ def cluster_config(tiny_config: PipelineConfig, workdir: Path, **train: object) 
     # every rank's lines verbatim: Ray's log deduplication would fold rank 1's into rank 0's
     config.train.cluster.runtime_env = {"env_vars": {"RAY_DEDUP_LOGS": "0"}}
     return config
-
-
-def history(result: TrainResult, metric: str) -> dict[int, float]:
-    client = MlflowClient(result.tracking_uri)
-    return {point.step: point.value for point in client.get_metric_history(result.mlflow_run_id, metric)}
 
 
 def runs_in_experiment(result: TrainResult) -> list[str]:

@@ -55,10 +55,8 @@ def build_engine(model: VideoTransformer, train: TrainConfig) -> BuiltEngine:
         if is_frozen(name, train.freeze):
             param.requires_grad_(False)  # out of the optimizer, untouched by the steps
     optimizer = build_optimizer(model, train.optimizer)
-    names, table = (
-        group_names(model, optimizer.param_groups),
-        group_table(optimizer, model),
-    )  # before DeepSpeed
+    names = group_names(model, optimizer.param_groups)  # before DeepSpeed wraps the optimizer
+    table = group_table(optimizer, model)
     scheduler = build_scheduler(optimizer, train.schedule, train.max_steps)
     engine, *_ = deepspeed.initialize(
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=build_deepspeed_config(train)
