@@ -11,6 +11,10 @@ PYTEST_ARGS ?=
 # The services' environment defaults live in vidtx/env.py (every entry point applies them).
 # Prefect state (the demo's runs, `make ui`'s server) lives in the checkout, not in ~/.prefect.
 export PREFECT_HOME ?= $(CURDIR)/.prefect
+# pip installs without compiling bytecode (--no-compile: about 60 s of a fresh install on 2 cores, most
+# of it for modules never imported); Python compiles what is imported on first use and keeps it, so
+# the targets must be allowed to write it.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install demo test test-fast docs test-ui lint format bench ui ui-stop serve stack stack-stop demo-stack s3 clean
 
@@ -20,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (vidtx needs Python 3.11)"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==26.3
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -49,7 +53,7 @@ docs: install
 # Opt-in browser test of `make ui` / `make ui-stop` (not run by .ci/run: it needs Debian's chromium).
 test-ui: install
 	@command -v chromium >/dev/null || { echo "error: test-ui needs Debian's chromium (apt-get install chromium)"; exit 1; }
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,ui-test]"
+	$(BIN)/python -m pip install --quiet --no-compile -c constraints.txt -e ".[dev,ui-test]"
 	VIDTX_TEST_UI=1 $(BIN)/python -m pytest -m ui tests/test_ui.py $(PYTEST_ARGS)
 
 lint: install

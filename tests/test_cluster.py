@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from mlflow import MlflowClient
+from ray.job_submission import JobStatus, JobSubmissionClient
 from training_runs import history
 
 from benchmarks.ray_nodes import LocalCluster, head_and_node_b
@@ -32,6 +33,7 @@ from vidtx.manifest import load_manifest
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.lineage import FLOW_RUN_TAG
 from vidtx.tracking.rank_zero import STEP_METRIC
+from vidtx.train.jobs import RUN_NAME_METADATA
 from vidtx.train.launcher import train
 from vidtx.train.payload import TrainResult
 
@@ -142,6 +144,16 @@ def test_train_model_flow_trains_on_two_nodes(
     outputs = predict_split(model, config.data, config.data.val_split, num_clips=1, num_crops=1, batch_size=4)
     loss = torch.nn.functional.cross_entropy(outputs.logits[:, 0], outputs.labels).item()
     assert loss == pytest.approx(result.metrics["val_loss"], rel=1e-4)
+
+    # Run again (Prefect's Retry of a pipeline lost after its training): the finished job's result,
+    # no second Ray Job resuming at the last step to train nothing; the MLflow run FINISHED again
+    again = train_model(config)
+    assert again == result
+    jobs = JobSubmissionClient(on_cluster.dashboard).list_jobs()
+    assert [job.status for job in jobs if (job.metadata or {}).get(RUN_NAME_METADATA) == "two-nodes"] == [
+        JobStatus.SUCCEEDED
+    ]
+    assert MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id).info.status == "FINISHED"
 
 
 def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(

@@ -21,6 +21,7 @@ from sockets import exposed, listening_sockets, process_tree
 
 from vidtx.config import DataConfig, PipelineConfig, load_config
 from vidtx.data.loader import build_eval_loader
+from vidtx.env import DEFAULTS
 from vidtx.manifest import Manifest, ShardInfo
 from vidtx.stages.evaluate import evaluate_trained
 from vidtx.stages.trained_model import TrainedRun
@@ -91,6 +92,17 @@ def test_yaml_configs_are_read_safely_and_servers_bind_localhost() -> None:
     ui = (ROOT / "infra/local/ui.sh").read_text()
     assert "--host 127.0.0.1" in ui
     assert "0.0.0.0" not in ui
+
+
+def test_the_environment_defaults_name_settings_that_ray_train_and_prefect_read() -> None:
+    """vidtx.env's start-up savings (Ray Train's controller on a local instance, the Prefect worker's
+    polling) would vanish without a word if an upgrade renamed the settings: it fails here instead."""
+    from prefect.settings import get_current_settings
+    from ray.train.v2._internal import constants
+
+    ray_train = {constants.HEALTH_CHECK_INTERVAL_S_ENV_VAR, constants.ENABLE_PREEMPTION_WATCHER_ENV_VAR}
+    assert ray_train <= set(DEFAULTS)
+    assert get_current_settings().worker.query_seconds == float(DEFAULTS["PREFECT_WORKER_QUERY_SECONDS"])
 
 
 LOCAL_RAY_SESSION = """

@@ -172,7 +172,7 @@ def test_the_pipeline_runs_across_the_stack_through_an_mlflow_restart_and_a_kill
     # no node read a shard from a local path: the nodes' temporary folder (both share the head's) has none
     assert list((folder / "ray").rglob("*.tar")) == []
     # the training ran on both Ray nodes as a Ray Job, which the retry followed while it trained (or,
-    # had it finished, resumed from its last checkpoint in a new one)
+    # had it finished, whose result it took: tests/test_cluster.py checks that no second job starts)
     jobs = [
         job for job in services.ray_jobs() if (job.get("metadata") or {}).get("vidtx.run_name") == run_name
     ]

@@ -33,6 +33,7 @@ from pathlib import Path
 from infra.local.postgres import Postgres
 from infra.local.processes import end_tree, end_trees, spawn, wait_for_http, wait_for_ray_nodes
 from infra.local.s3_server import create_user, free_port
+from vidtx.env import apply_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -260,9 +261,12 @@ class Stack:
                 "--num-cpus=1", *(f"{option}={free_port()}" for option in local_ports), *args]  # fmt: skip
 
     def stop(self) -> list[str]:
-        """End what `start` started, last started first: SIGTERM to each process tree, then SIGKILL to
-        what is left of them after one wait."""
+        """End what `start` started: the Ray nodes killed, then, last started first, SIGTERM to each
+        process tree and SIGKILL to what is left of them after one wait."""
         pidfiles = sorted(self.pids.glob("*.pid"), reverse=True)
+        # Ray's node processes, signalled together, wait on one another for 20 s before exiting, and
+        # a node keeps nothing to flush (as `ray stop --force`)
+        end_trees([int(pidfile.read_text()) for pidfile in pidfiles if "-ray-" in pidfile.name], kill=True)
         end_trees([int(pidfile.read_text()) for pidfile in pidfiles])
         stopped = []
         for pidfile in pidfiles:
@@ -274,6 +278,7 @@ class Stack:
 
 
 def main() -> None:
+    apply_defaults()
     stack = Stack(Path(os.environ.get("VIDTX_STACK_DIR", ROOT / "runs" / "stack")))
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command == "start":

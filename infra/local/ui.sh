@@ -70,7 +70,7 @@ descendants() {  # PID...: every process below them, deepest last
 stop_process() {  # PID: SIGTERM, then SIGINT (the Prefect worker wants a second signal), then SIGKILL
   local pid=$1
   kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+  for _ in $(seq 8); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
   kill -INT "$pid" 2>/dev/null || true
   for _ in $(seq 10); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
   kill -KILL "$pid" 2>/dev/null || true

@@ -62,7 +62,11 @@ def submit_training_job(
     in_cluster.train.cluster.address = None  # inside the job, Ray's own RAY_ADDRESS points at the cluster
     # the job writes its result there, so both sides must mean the same place
     in_cluster.train.storage_path = storage_location(config.train.storage_path)
-    job_id = _live_job(client, run_name) or _submit_run(client, config, in_cluster, tags)
+    job_id = _live_job(client, run_name)
+    if job_id is None and (finished := _finished_result(client, in_cluster)):
+        mlflow.set_terminated(run_id, "FINISHED")
+        return finished
+    job_id = job_id or _submit_run(client, config, in_cluster, tags)
     try:
         with sigterm_raises(), follow_progress(mlflow, run_id, config.train.max_steps, progress):
             logs = _wait(client, job_id, echo=config.train.cluster.follow_logs)
@@ -95,6 +99,31 @@ def _live_job(client: JobSubmissionClient, run_name: str) -> str | None:
             logger.info("Ray Job %s is still training run %s: following it", job.submission_id, run_name)
             return job.submission_id
     return None
+
+
+def _finished_result(client: JobSubmissionClient, in_cluster: PipelineConfig) -> TrainResult | None:
+    """The result of a Ray Job that already trained the run to its `max_steps`. A re-run (Prefect's
+    Retry of a pipeline whose flow-run process was lost after the cluster finished training) takes it,
+    instead of a new job that would resume at the last step, train nothing and hold the cluster's
+    workers for about 40 s."""
+    run_name, storage_path = in_cluster.train.run_name, in_cluster.train.storage_path
+    if not any(
+        (job.metadata or {}).get(RUN_NAME_METADATA) == run_name and job.status == JobStatus.SUCCEEDED
+        for job in client.list_jobs()
+    ):
+        return None
+    try:
+        result = TrainResult.load(storage_path, run_name)
+    except FileNotFoundError:
+        return None
+    if result.metrics.get("step", 0) < in_cluster.train.max_steps:
+        return None  # the same run, given a longer budget: it resumes
+    logger.info(
+        "Ray Job for run %s already trained it to step %d: taking its result",
+        run_name,
+        result.metrics["step"],
+    )
+    return result
 
 
 def _submit_run(
