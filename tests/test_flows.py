@@ -23,6 +23,7 @@ from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.client.schemas.objects import Artifact
 from prefect.client.schemas.schedules import CronSchedule
 from prefect.flows import load_flow_from_entrypoint
+from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL
 from rich.console import Console
 
@@ -180,7 +181,11 @@ def loss_curve(tracking: MlflowClient, run_id: str) -> list[tuple[int, float]]:
 
 
 def flow_run_log(flow_run_id: UUID) -> list[tuple[str, str]]:
-    """(task run name or "", message) of every record of the flow run, in order."""
+    """(task run name or "", message) of every record of the flow run, in order. The lines of the
+    flow's task processes reach the API through this process's API log worker, which sends them in
+    batches every 2 s (a run's last `write` line was still queued when the run returned): it is
+    drained first."""
+    APILogWorker.drain_all(timeout=30)
     with get_client(sync_client=True) as client:
         names = {task.id: task.name for task in client.read_task_runs()}
         records = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
