@@ -197,9 +197,12 @@ def trained_run(tiny_dataset: PipelineConfig, tmp_path_factory: pytest.TempPathF
     native bf16, the fixture took 40 s against 64 s in bf16; every step logged):
     (config, TrainResult). One run for the session: `test_train.py` checks that its loss went down,
     evaluation, registry and frames-store tests use its checkpoint."""
+    from training_runs import with_empty_tracking_store
+
     from vidtx.train.launcher import train
 
     workdir = tmp_path_factory.mktemp("trained")
+    with_empty_tracking_store(workdir)
     config = tiny_dataset.model_copy(deep=True)
     config.workdir = workdir
     config.train = config.train.model_copy(

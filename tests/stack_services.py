@@ -85,7 +85,7 @@ def client_run(env: dict[str, str], code: str) -> str:
 
 # --- the pipeline across the stack, checked through its services' APIs ---------------------------
 
-MAX_STEPS, LOG_EVERY = 60, 10
+MAX_STEPS, LOG_EVERY = 40, 10
 SMALL = [
     *("synth.videos_per_class.train=8", "synth.videos_per_class.val=4", "synth.videos_per_class.test=4"),
     *(f"train.max_steps={MAX_STEPS}", f"train.log_every={LOG_EVERY}", "train.checkpoint_every=20"),
@@ -142,7 +142,7 @@ class Services:
         return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
-def wait_until(what: str, check: Callable[[], object], timeout: float, every: float = 3.0) -> object:
+def wait_until(what: str, check: Callable[[], object], timeout: float, every: float = 1.0) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -30,7 +30,7 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        time.sleep(2)
+        time.sleep(1)
 
 
 def test_cancelling_the_pipeline_while_it_trains_ends_every_run_cancelled_with_vidtx_line(

@@ -213,9 +213,9 @@ def test_the_services_reconnect_after_postgresql_restarts(
     assert restarted.returncode == 0, restarted.stderr
     searches = f"{env['MLFLOW_TRACKING_URI']}/api/2.0/mlflow/experiments/search?max_results=5"
     mlflow_login = basic(f"admin:{env['MLFLOW_TRACKING_PASSWORD']}")
-    wait_until("MLflow answers from PostgreSQL", lambda: status(searches, mlflow_login) == 200, 60, every=1)
+    wait_until("MLflow answers from PostgreSQL", lambda: status(searches, mlflow_login) == 200, 60)
     flow_run = f"{env['PREFECT_API_URL']}/flow_runs/{pipeline_run[0]}"
-    wait_until("Prefect answers from PostgreSQL", lambda: status(flow_run, basic(env["PREFECT_API_AUTH_STRING"])) == 200, 60, every=1)  # fmt: skip
+    wait_until("Prefect answers from PostgreSQL", lambda: status(flow_run, basic(env["PREFECT_API_AUTH_STRING"])) == 200, 60)  # fmt: skip
 
 
 def test_stop_ends_exactly_what_start_started_and_keeps_the_data(stack) -> None:

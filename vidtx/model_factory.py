@@ -12,7 +12,14 @@ import torch
 from vidtx.config import ConfigError, ModelConfig, PipelineConfig
 from vidtx.manifest import load_manifest
 from vidtx.markdown import markdown_table
-from vidtx.models import VideoTransformer, create_model, list_models, load_image_vit, model_info
+from vidtx.models import (
+    VideoTransformer,
+    create_model,
+    list_models,
+    load_image_vit,
+    model_info,
+    no_weight_init,
+)
 from vidtx.models.weights import load_official_checkpoint, official_num_classes, read_official_checkpoint
 
 
@@ -50,13 +57,13 @@ def check_model_config(config: PipelineConfig) -> VideoTransformer:
     """Raise ConfigError naming the fields when `config.model` names no preset, an option the preset
     does not take, or a network that cannot be built for `config.data` (a crop size that is not a
     multiple of the patch size, frames that do not split into the model's segments). Builds the model
-    on the meta device (no memory, no weights read), so every entry point can afford it up front;
-    returns that network (for checks of names and shapes)."""
+    on the meta device (no memory, no weights read or initialised), so every entry point can afford
+    it up front; returns that network (for checks of names and shapes)."""
     model, data = config.model, config.data
     if model.name not in (valid := list_models()):
         raise ConfigError(f"model.name: unknown model preset {model.name!r}; valid: {', '.join(valid)}")
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), no_weight_init():
             network = build_model(
                 model.model_copy(update={"pretrained": None, "checkpoint": None}),
                 num_classes=2,

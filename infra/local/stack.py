@@ -210,19 +210,28 @@ class Stack:
         for bucket in BUCKETS:
             s3.create_bucket(Bucket=bucket)
         clients = self.client_environment(settings)
+        # MLflow checks the password's scrypt hash on each request (0.1 s of CPU here) unless it caches
+        # a checked credential: a model's upload and check, ~200 requests, took 30 s of the stack's
+        # registration. Cached for 60 s, a password changed through the API is refused at once by
+        # the worker that took the change, and by the others within the minute.
         self._write_private(self.folder / "mlflow-auth.ini", "\n".join([
             "[mlflow]", "default_permission = READ", f"database_uri = sqlite:///{self.folder / 'mlflow-auth.db'}",
-            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth", "",
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth",
+            "auth_cache_ttl_seconds = 60", "",
         ]))  # fmt: skip
         services = self._services(settings)
         self._start({name: services[name] for name in ("mlflow", "prefect-server", "ray-head")})
+        # the work pool is made while the second Ray node joins (each takes seconds)
+        work_pool = subprocess.Popen([str(BIN / "prefect"), "work-pool", "create", WORK_POOL, "--type", "process",
+                                      "--overwrite"], env=services["prefect-worker"].env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)  # fmt: skip
         self._start({"ray-worker": services["ray-worker"]})  # joins the head's GCS, up now
         os.environ |= {
             name: clients[name] for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
         }  # before Ray reads them
         wait_for_ray_nodes(clients["RAY_ADDRESS"], 2, f"{self.logs}/ray-*.log")
-        subprocess.run([str(BIN / "prefect"), "work-pool", "create", WORK_POOL, "--type", "process", "--overwrite"],
-                       env=services["prefect-worker"].env, check=True, capture_output=True)  # fmt: skip
+        if work_pool.wait() != 0:
+            raise SystemExit(f"prefect work-pool create {WORK_POOL} failed: {work_pool.stderr.read()}")
         self._start({"prefect-worker": services["prefect-worker"]})
         self._write_private(
             self.folder / "stack.env", "".join(f"export {k}={v}\n" for k, v in clients.items())
@@ -264,10 +273,11 @@ class Stack:
         """End what `start` started: the Ray nodes killed, then, last started first, SIGTERM to each
         process tree and SIGKILL to what is left of them after one wait."""
         pidfiles = sorted(self.pids.glob("*.pid"), reverse=True)
+        roots = {pidfile.name: int(pidfile.read_text()) for pidfile in pidfiles}
         # Ray's node processes, signalled together, wait on one another for 20 s before exiting, and
         # a node keeps nothing to flush (as `ray stop --force`)
-        end_trees([int(pidfile.read_text()) for pidfile in pidfiles if "-ray-" in pidfile.name], kill=True)
-        end_trees([int(pidfile.read_text()) for pidfile in pidfiles])
+        end_trees([pid for name, pid in roots.items() if "-ray-" in name], kill=True)
+        end_trees(list(roots.values()))
         stopped = []
         for pidfile in pidfiles:
             pidfile.unlink()

@@ -18,7 +18,7 @@ from vidtx.models.presets import (
 )
 from vidtx.models.spacetime import JointSpaceTime, TimeSformer
 from vidtx.models.video import VideoTransformer
-from vidtx.models.vit import VisionTransformer, ViTEncoder
+from vidtx.models.vit import VisionTransformer, ViTEncoder, no_weight_init
 from vidtx.models.vivit import ViViTFactorisedEncoder
 from vidtx.models.weights import LoadReport, load_image_vit, read_state_dict, save_checkpoint
 from vidtx.models.xvit import XViT
@@ -41,6 +41,7 @@ __all__ = [
     "load_image_vit",
     "model_info",
     "model_options",
+    "no_weight_init",
     "read_state_dict",
     "save_checkpoint",
     "space_time_mix",

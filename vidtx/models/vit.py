@@ -7,13 +7,29 @@ state dict loads into any video model by name (see `vidtx.models.weights`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from vidtx.nn import AttentionImpl, PatchEmbed, TransformerBlock, TubeletEmbed, drop_path_rates, run_blocks
+
+_weight_init_skipped = contextvars.ContextVar("weight_init_skipped", default=False)
+
+
+@contextlib.contextmanager
+def no_weight_init() -> Iterator[None]:
+    """Models built inside leave their weights as created (as Hugging Face's `no_init_weights`): for a
+    network on the meta device, of which only names and shapes are used. A random init of a meta
+    tensor computes nothing, but its first one imports torch._dynamo: about 1.3 s of each CLI start."""
+    token = _weight_init_skipped.set(True)
+    try:
+        yield
+    finally:
+        _weight_init_skipped.reset(token)
 
 
 class ViTEncoder(nn.Module):
@@ -115,7 +131,10 @@ class ViTEncoder(nn.Module):
     def init_weights(self) -> None:
         """timm's ViT init: truncated normal for linear weights (`init_std`) and positions
         (`pos_embed_std`), zero biases, a near-zero class token; then `zero_init_last()` of any block
-        that has one. Other tokens and temporal embeddings keep the zeros they were created with."""
+        that has one. Other tokens and temporal embeddings keep the zeros they were created with.
+        Nothing inside `no_weight_init()`."""
+        if _weight_init_skipped.get():
+            return
         nn.init.trunc_normal_(self.pos_embed, std=self.pos_embed_std)
         nn.init.normal_(self.cls_token, std=1e-6)
         for module in self.modules():

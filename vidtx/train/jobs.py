@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
-from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from vidtx.config import PipelineConfig, deep_merge, dump_config
 from vidtx.processes import sigterm_raises, stopped_from_outside
@@ -62,8 +62,9 @@ def submit_training_job(
     in_cluster.train.cluster.address = None  # inside the job, Ray's own RAY_ADDRESS points at the cluster
     # the job writes its result there, so both sides must mean the same place
     in_cluster.train.storage_path = storage_location(config.train.storage_path)
-    job_id = _live_job(client, run_name)
-    if job_id is None and (finished := _finished_result(client, in_cluster)):
+    jobs = _jobs_of_run(client, run_name)
+    job_id = _live_job(jobs)
+    if job_id is None and (finished := _finished_result(jobs, in_cluster)):
         mlflow.set_terminated(run_id, "FINISHED")
         return finished
     job_id = job_id or _submit_run(client, config, in_cluster, tags)
@@ -90,27 +91,33 @@ def submit_training_job(
         ) from err
 
 
-def _live_job(client: JobSubmissionClient, run_name: str) -> str | None:
-    """The Ray Job still training `run_name`, if one is: its submitter was lost (the flow-run process
+def _jobs_of_run(client: JobSubmissionClient, run_name: str) -> list[JobDetails]:
+    """The cluster's Ray Jobs submitted for `run_name` (by any submitter: the metadata names the run)."""
+    return [job for job in client.list_jobs() if (job.metadata or {}).get(RUN_NAME_METADATA) == run_name]
+
+
+def _live_job(jobs: list[JobDetails]) -> str | None:
+    """The Ray Job still training the run, if one is: its submitter was lost (the flow-run process
     killed, the laptop gone) while the cluster kept training. A re-run follows that job instead of
     submitting a second one that would train the same run beside it."""
-    for job in client.list_jobs():
-        if (job.metadata or {}).get(RUN_NAME_METADATA) == run_name and not job.status.is_terminal():
-            logger.info("Ray Job %s is still training run %s: following it", job.submission_id, run_name)
+    for job in jobs:
+        if not job.status.is_terminal():
+            logger.info(
+                "Ray Job %s is still training run %s: following it",
+                job.submission_id,
+                job.metadata[RUN_NAME_METADATA],
+            )
             return job.submission_id
     return None
 
 
-def _finished_result(client: JobSubmissionClient, in_cluster: PipelineConfig) -> TrainResult | None:
+def _finished_result(jobs: list[JobDetails], in_cluster: PipelineConfig) -> TrainResult | None:
     """The result of a Ray Job that already trained the run to its `max_steps`. A re-run (Prefect's
     Retry of a pipeline whose flow-run process was lost after the cluster finished training) takes it,
     instead of a new job that would resume at the last step, train nothing and hold the cluster's
     workers for about 40 s."""
     run_name, storage_path = in_cluster.train.run_name, in_cluster.train.storage_path
-    if not any(
-        (job.metadata or {}).get(RUN_NAME_METADATA) == run_name and job.status == JobStatus.SUCCEEDED
-        for job in client.list_jobs()
-    ):
+    if not any(job.status == JobStatus.SUCCEEDED for job in jobs):
         return None
     try:
         result = TrainResult.load(storage_path, run_name)
