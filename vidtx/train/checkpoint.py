@@ -81,6 +81,12 @@ def restore(engine: Any, ema: WeightAverage | None = None) -> TrainState | None:
         path, client_state = engine.load_checkpoint(directory, tag=TAG)
         if ema is not None:
             ema.load(directory)
+        # Ray downloads a checkpoint in a bucket once per node, into a folder its ranks share, and the
+        # last rank out deletes it. One that came in while the deletion ran found no folder and failed
+        # the restart ("Checkpoint directory ... does not exist, even though it should have been
+        # created by another process": Ray 2.60, 1 of 5 runs of test_train's killed worker). No rank
+        # leaves before every rank is in.
+        torch.distributed.barrier()
     if path is None:
         raise RuntimeError(f"DeepSpeed could not load the checkpoint in {checkpoint.path}")
     return TrainState(**client_state["train_state"])
