@@ -267,11 +267,12 @@ def test_deployments_validate_and_each_form_shows_the_sections_its_flow_reads() 
         "register_model",
         "video_pipeline",
         "batch_predict",
+        "sweep_model",
     )
     targets = {(d["entrypoint"].split(":")[1], d["work_pool"]["name"]) for d in deployments}
     assert {(flow, pool) for flow in flows for pool in ("vidtx-process", "vidtx-kubernetes")} <= targets
     reads = {"train-model": "train", "evaluate-model": "evaluate", "register-model": "register"}
-    reads["video-pipeline"] = "pipeline"
+    reads |= {"video-pipeline": "pipeline", "sweep-model": "sweep"}
     for deployment in deployments:
         flow = load_flow_from_entrypoint(str(ROOT / deployment["entrypoint"]))
         flow.validate_parameters(deployment.get("parameters") or {})
@@ -283,7 +284,7 @@ def test_deployments_validate_and_each_form_shows_the_sections_its_flow_reads() 
         assert set(form["properties"]) == {s for s in sections if s != fields.ROOT} | {"name", "workdir"}
         assert "zero_stage" in schema["definitions"]["TrainConfig"]["properties"]
         assert form["description"].startswith(
-            ("One training run", "Multi-view", "A trained model", "The whole")
+            ("One training run", "Multi-view", "A trained model", "The whole", "A hyperparameter sweep")
         )
         # every section the flow reads is given but storage (the environment's) and synth (optional)
         assert set(form["properties"]) - set(deployment["parameters"]["config"]) <= {"storage", "synth"}
@@ -326,12 +327,14 @@ def test_local_deployments_run_the_demo_config() -> None:
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     demo = load_config(ROOT / "configs/experiments/demo.yaml")
     assert PipelineConfig.model_validate(spec["definitions"]["local_demo"]) == demo
+    demo_sweep = load_config(ROOT / "configs/experiments/demo_sweep.yaml")
     local = [
         d for d in spec["deployments"] if d["work_pool"]["name"] == "vidtx-process" and d["name"] != "stack"
     ]
-    assert len(local) == 6
+    assert len(local) == 7
     for deployment in local:
-        assert_deployment_runs(deployment, demo)
+        sweeps = deployment["entrypoint"].endswith(":sweep_model")
+        assert_deployment_runs(deployment, demo_sweep if sweeps else demo)
 
 
 def test_the_stack_deployment_runs_the_stack_config_on_sources_already_uploaded() -> None:

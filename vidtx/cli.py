@@ -158,6 +158,16 @@ def train(
     typer.echo(run_training(load(config, overrides), tags=parse_tags(tags or [])).summary())
 
 
+@app.command(cls=reads("sweep"))
+def sweep(config: ConfigArg, overrides: OverridesOpt = None) -> None:
+    """Search sweep.space with Ray Tune: each trial a Ray Train + DeepSpeed training, weak ones stopped
+    early (ASHA), all under one MLflow run; the best is evaluated and registered. The same
+    sweep.name resumes a stopped sweep."""
+    from vidtx.stages.sweep import run_sweep
+
+    typer.echo(run_sweep(load(config, overrides)).summary())
+
+
 @app.command(cls=reads("evaluate"))
 def evaluate(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: CheckpointOpt = None) -> None:
     """Multi-view evaluation of a checkpoint or a registered model; logged to the training run."""

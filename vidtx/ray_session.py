@@ -33,6 +33,31 @@ WORKER_ENV_VARS = (
 )
 
 
+CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SECURITY_TOKEN", "AWS_SESSION_TOKEN")
+
+
+@contextlib.contextmanager
+def tune_trial_environment() -> Iterator[None]:
+    """Within the block, the environment Ray Tune gives its trial actors (and they pass on to what
+    they start) is vidtx's, not Ray 2.60's (`ray.tune.execution.class_cache`):
+    - no AWS credentials of this process: Tune copies them into the trials' runtime env, which Ray's
+      dashboard and its runtime-env agent's log show. Trials get them as every Ray worker does, from
+      the node's environment;
+    - RAY_ADDRESS, the Ray this process is connected to: Ray Train's placement-group cleaner asks the
+      State API whether its controller lives, and without an address the API refuses where another
+      Ray runs on the machine; a trial stopped early then kept its workers' CPUs for ever.
+    `tests/test_sweep.py` notices when a Ray upgrade changes this."""
+    from ray.tune.execution import class_cache
+
+    propagated, defaults = class_cache.ENV_VARS_TO_PROPAGATE, class_cache.DEFAULT_ENV_VARS
+    class_cache.ENV_VARS_TO_PROPAGATE = propagated - set(CREDENTIALS)
+    class_cache.DEFAULT_ENV_VARS = defaults | {"RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    try:
+        yield
+    finally:
+        class_cache.ENV_VARS_TO_PROPAGATE, class_cache.DEFAULT_ENV_VARS = propagated, defaults
+
+
 def worker_env() -> dict[str, str]:
     """The variables of this process that Ray workers (local, on a cluster or in a Ray Job) must see too."""
     return {name: os.environ[name] for name in WORKER_ENV_VARS if name in os.environ}

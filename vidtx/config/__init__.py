@@ -29,6 +29,7 @@ from vidtx.config.schema import (
     StorageConfig,
     TrackingConfig,
 )
+from vidtx.config.sweep import Distribution, SchedulerConfig, SweepConfig
 from vidtx.config.training import (
     DEEPSPEED_OWNED_KEYS,
     AttentionImpl,
@@ -50,6 +51,7 @@ __all__ = [
     "CropMode",
     "DataConfig",
     "DatasetFormat",
+    "Distribution",
     "Ensemble",
     "EvalConfig",
     "ModelConfig",
@@ -62,9 +64,11 @@ __all__ = [
     "RegistryConfig",
     "SamplingMode",
     "ScheduleConfig",
+    "SchedulerConfig",
     "ShardConfig",
     "StorageConfig",
     "StrictModel",
+    "SweepConfig",
     "SynthConfig",
     "TrackingConfig",
     "TrainConfig",

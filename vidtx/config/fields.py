@@ -48,7 +48,8 @@ COMMAND_SECTIONS: dict[str, tuple[str, ...]] = {
     "evaluate": (*_RUN, "data", "model", "train", "eval"),
     "register": (*_RUN, "data", "model", "train", "eval", "registry"),
     "predict": ("predict", "eval", "storage"),
-    "pipeline": tuple(section for section in SECTIONS if section != "predict"),
+    "pipeline": tuple(section for section in SECTIONS if section not in ("predict", "sweep")),
+    "sweep": (*_RUN, "data", "model", "train", "eval", "registry", "sweep"),
     "plan": ("data", "model", "train"),
 }
 

@@ -9,15 +9,17 @@ checked where it is used.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from vidtx.config.base import StrictModel
 from vidtx.config.data import DataConfig, ShardConfig, SynthConfig
+from vidtx.config.sweep import SweepConfig, with_values
 from vidtx.config.training import ModelConfig, TrainConfig
 from vidtx.locations import StorageLocation
 
+NO_SUCH_SETTING = "no such setting"
 Ensemble = Literal["logits_sum", "prob_mean"]
 EvalWeights = Literal["auto", "ema", "raw"]
 
@@ -146,6 +148,37 @@ class PipelineConfig(StrictModel):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     predict: PredictConfig = Field(default_factory=PredictConfig)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)  # last: its check reads every other section
+
+    @field_validator("sweep")
+    @classmethod
+    def _space_fits_the_schema(cls, sweep: SweepConfig, info: ValidationInfo) -> SweepConfig:
+        """Every key of the space is a setting, and each value its distribution can give is one the
+        setting accepts (checked on the config as a trial would have it)."""
+        if not sweep.space or set(cls.model_fields) - {"sweep"} - set(info.data):
+            return sweep  # nothing to check, or another section failed (its error is reported)
+        base = cls.model_construct(**info.data)
+        for key, distribution in sweep.space.items():
+            for value in distribution.candidates():
+                try:
+                    base.for_trial({key: value})
+                except ValueError as err:
+                    shown = "" if str(err) == NO_SUCH_SETTING else f"{value!r}: "
+                    raise ValueError(f"space.{key}: {shown}{err}") from None
+        return sweep
+
+    def for_trial(self, values: dict[str, Any]) -> PipelineConfig:
+        """This config with the dotted keys of `values` set, as one trial of its sweep trains it (no
+        sweep section of its own); ValueError names the first field that refuses its value."""
+        data = with_values(self.model_dump(mode="json", exclude={"sweep"}), values)
+        try:
+            return PipelineConfig.model_validate(data)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(map(str, first["loc"]))
+            message = NO_SUCH_SETTING if first["type"] == "extra_forbidden" else first["msg"]
+            named = "" if where in values else f"{where}: "  # the key itself needs no second mention
+            raise ValueError(f"{named}{message.removeprefix('Value error, ')}") from None
 
     def for_run(self, run_name: str) -> PipelineConfig:
         """A copy that names its training run: the stages after training find the run by this name."""

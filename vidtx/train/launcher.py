@@ -14,12 +14,19 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import ray
 from pydantic import BaseModel
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, WorkerGroupError
+from ray.train import (
+    CheckpointConfig,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+    UserCallback,
+    WorkerGroupError,
+)
 from ray.train.torch import TorchTrainer
 
 from vidtx import storage
@@ -35,6 +42,7 @@ from vidtx.tracking.lineage import INIT_FROM_TAG, MANIFEST_HASH_TAG
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
     CHECKPOINT_TAG,
+    END_REASON_TAG,
     connect,
     end_orphaned_runs,
     resolve_tracking_uri,
@@ -62,9 +70,11 @@ def train(
     tags: Mapping[str, str] | None = None,
     progress: ProgressCallback | None = None,
     recorded: BaseModel | None = None,
+    callbacks: Sequence[UserCallback] = (),
 ) -> TrainResult:
     """Train `config`; the same `run_name` + storage path resumes an earlier run. A new MLflow run
-    records `recorded`, the configuration as given (default: `config`)."""
+    records `recorded`, the configuration as given (default: `config`). `callbacks` go to the Ray
+    Train run (a sweep's trial passes Ray Tune's, which hands each report to the Tuner)."""
     network = check_model_config(config)  # a bad preset or option fails here, before anything starts
     if unmatched := unmatched_patterns(network, config.train.freeze):
         raise ConfigError(
@@ -75,7 +85,7 @@ def train(
     address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
     if is_jobs_api(address):
         return submit_training_job(config, run_name, address, tags, progress, recorded)
-    return _train_on_ray(config, run_name, address, tags or {}, progress, recorded)
+    return _train_on_ray(config, run_name, address, tags or {}, progress, recorded, callbacks)
 
 
 def _train_on_ray(
@@ -85,6 +95,7 @@ def _train_on_ray(
     tags: Mapping[str, str],
     progress: ProgressCallback | None,
     recorded: BaseModel | None,
+    callbacks: Sequence[UserCallback] = (),
 ) -> TrainResult:
     train_cfg = config.train
     manifest, validation = training_splits(config.data)  # before the tracking store is created
@@ -113,8 +124,8 @@ def _train_on_ray(
     )
     try:  # SIGTERM unwinds too: the local Ray is shut down and the run ended KILLED
         with sigterm_raises(), ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
-            _check_resources(config, autoscaling=address is not None)  # RAY_ADDRESS included (train())
-            trainer = _build_trainer(payload, run_name, storage_path)
+            check_resources(config, autoscaling=address is not None)  # RAY_ADDRESS included (train())
+            trainer = _build_trainer(payload, run_name, storage_path, callbacks)
             logger.info(
                 "training %s: %d workers, checkpoints in %s/%s",
                 run_name,
@@ -126,7 +137,8 @@ def _train_on_ray(
                 result = _fit(trainer)
     except BaseException as err:  # stopped from outside (SIGTERM, Ctrl-C, a Prefect cancellation): KILLED
         stopped = stopped_from_outside(err)
-        client.set_terminated(run_id, status="KILLED" if stopped else "FAILED")
+        if END_REASON_TAG not in client.get_run(run_id).data.tags:  # else ended already by what stopped it
+            client.set_terminated(run_id, status="KILLED" if stopped else "FAILED")
         if stopped:
             ray_state = "Ray shut down" if not ray.is_initialized() else "Ray left running (not started here)"
             err.add_note(
@@ -167,7 +179,9 @@ def _fit(trainer: TorchTrainer) -> ray.train.Result:
         raise
 
 
-def _build_trainer(payload: WorkerPayload, run_name: str, storage_path: str) -> TorchTrainer:
+def _build_trainer(
+    payload: WorkerPayload, run_name: str, storage_path: str, callbacks: Sequence[UserCallback]
+) -> TorchTrainer:
     train_cfg = payload.config.train
     resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
     return TorchTrainer(
@@ -184,6 +198,7 @@ def _build_trainer(payload: WorkerPayload, run_name: str, storage_path: str) -> 
             name=run_name,
             storage_path=storage_path,
             failure_config=FailureConfig(max_failures=train_cfg.max_failures),
+            callbacks=list(callbacks),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=train_cfg.keep_checkpoints,
                 checkpoint_score_attribute="val_top1" if payload.validation else None,  # None: latest
@@ -193,7 +208,7 @@ def _build_trainer(payload: WorkerPayload, run_name: str, storage_path: str) -> 
     )
 
 
-def _check_resources(config: PipelineConfig, autoscaling: bool) -> None:
+def check_resources(config: PipelineConfig, autoscaling: bool) -> None:
     """Fail with a message naming the fields rather than wait forever for a placement group that
     cannot be placed. On a cluster (`autoscaling`) missing resources may still be added by the
     autoscaler, so that is only logged."""

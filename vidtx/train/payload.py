@@ -64,6 +64,11 @@ class TrainResult(BaseModel):
             file.write_text(self.model_dump_json(indent=2))
         return where
 
+    @staticmethod
+    def exists(storage_path: str, run_name: str) -> bool:
+        """Whether run `run_name` saved its result (it finished)."""
+        return storage.is_file(location(f"{run_folder(storage_path, run_name)}/{RESULT_FILE}"))
+
     @classmethod
     def load(cls, storage_path: str, run_name: str) -> TrainResult:
         """The result a run wrote with `save`; FileNotFoundError when it wrote none."""
