@@ -39,6 +39,7 @@ BENCHMARKS = [
     "training_knobs",
     "temporal_reasoning",
     "demo_augmentation",
+    "sweeps",
 ]
 QUICK_DIR = REPO_ROOT / "runs" / "bench-quick"
 INDEX_HEADER = (

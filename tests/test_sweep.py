@@ -18,6 +18,8 @@ import pytest
 import ray.tune
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_URL
 from training_runs import run_config
 
 from vidtx.config import ConfigError, PipelineConfig, dump_config, load_config
@@ -26,6 +28,8 @@ from vidtx.tracking.runs import CHECKPOINT_TAG, END_REASON_TAG
 from vidtx.tracking.sweeps import BEST_TRIAL_TAG, SWEEP_TAG, TRIAL_TAG
 from vidtx.train.payload import RESULT_FILE
 
+# the sweep-model flow, as a deployment's worker runs it: in a process of its own
+SWEEP_MODEL_FLOW = "import sys; from flows.sweep import sweep_model; from vidtx.config import load_config; sweep_model(load_config(sys.argv[1]))"
 RAY_SESSIONS = Path("/tmp/ray")  # where a local Ray keeps each session's logs
 RAY_AGENTS = {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}
 GOOD, BAD = (0.002, 0.003), (2.0, 4.0)  # AdamW learning rates: the bad ones blow the tiny model up
@@ -117,10 +121,10 @@ def sweep_config(tiny_dataset: PipelineConfig, tmp_path: Path) -> PipelineConfig
 
 
 @contextlib.contextmanager
-def sweep_process(command: list[str], log: Path) -> Iterator[subprocess.Popen]:
-    """`command` running with its output in `log`, on a local Ray of its own (beside the session's);
-    killed with everything it started if the block fails."""
-    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+def sweep_process(command: list[str], log: Path, **env: str) -> Iterator[subprocess.Popen]:
+    """`command` running with its output in `log`, `env` added, on a local Ray of its own (beside the
+    session's); killed with everything it started if the block fails."""
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"} | env
     with log.open("w") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
         try:
@@ -142,17 +146,19 @@ def wait_until(what: str, check, process: subprocess.Popen, log: Path, timeout: 
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("prefect_api")
 def test_a_sweep_stops_weak_trials_nests_them_in_mlflow_resumes_after_a_kill_and_registers_the_best(
     tiny_dataset: PipelineConfig, tmp_path: Path
 ) -> None:
     """`vidtx sweep` of 4 trials, 2 at a time, killed (SIGKILL to the driver) once a bad trial has
-    been stopped early by ASHA, then started again with the same name:
+    been stopped early by ASHA, then started again with the same name as the sweep-model flow:
 
     - the stopped trial's run ends KILLED with the reason and the checkpoint it kept;
     - the trials that had ended before the kill are not trained again (nothing logged to their runs),
       one that was training resumes from its checkpoint;
     - one parent run throughout, the 4 trials' runs nested under it with their learning rates;
     - the best trial (a good learning rate) is evaluated and registered;
+    - the flow's artifact is the trials table, each row linking its MLflow run and saying how it ended;
     - nothing of either sweep is left running (its local Ray, trials, Ray Train workers), and a trial
       stopped early frees its workers' CPUs for the next ones (Ray Train's placement-group cleaner
       finds this sweep's Ray although the session's runs beside it)."""
@@ -205,7 +211,8 @@ def test_a_sweep_stops_weak_trials_nests_them_in_mlflow_resumes_after_a_kill_and
     }
     assert ended  # at least the good trial whose end let the stopped one start
 
-    with sweep_process(command, tmp_path / "second.log") as second:
+    resume = [sys.executable, "-c", SWEEP_MODEL_FLOW, str(config_file)]
+    with sweep_process(resume, tmp_path / "second.log", PREFECT_API_URL=PREFECT_API_URL.value()) as second:
         spawned: dict[int, psutil.Process] = {}
         while second.poll() is None:  # every process of the second sweep, to check that none outlives it
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -262,5 +269,13 @@ def test_a_sweep_stops_weak_trials_nests_them_in_mlflow_resumes_after_a_kill_and
     assert float(best.data.params["train.optimizer.lr"]) in GOOD
     (version,) = client.search_model_versions("name = 'vidtx-sweep'")
     assert version.run_id == best.info.run_id
-    assert "best trial evaluated: top-1" in output
-    assert "lr-sweep" in output
+    with get_client(sync_client=True) as prefect:
+        (artifact,) = [a for a in prefect.read_artifacts() if a.key == "sweep-trials"]
+    assert artifact.data.startswith("# Sweep `lr-sweep`")
+    for run in runs.values():  # each trial's row links its MLflow run
+        assert f"[{run.info.run_name}](http://127.0.0.1:5000/#/experiments/" in artifact.data
+        assert f"/runs/{run.info.run_id}?workflowType=machine_learning)" in artifact.data
+    for run in runs.values():  # and says how it ended
+        (row,) = [line for line in artifact.data.splitlines() if f"[{run.info.run_name}]" in line]
+        stopped_early = run.data.tags.get(END_REASON_TAG, "").startswith("stopped early")
+        assert ("| stopped early |" in row) == stopped_early, row

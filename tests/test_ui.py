@@ -25,7 +25,9 @@ from vidtx.tracking.runs import connect, resolve_tracking_uri
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("VIDTX_CHROMIUM") or shutil.which("chromium")
-DEPLOYED_FLOWS = ["shard-dataset", "train-model", "evaluate-model", "register-model", "video-pipeline"]
+DEPLOYED_FLOWS = [
+    *("shard-dataset", "train-model", "evaluate-model", "register-model", "video-pipeline", "sweep-model"),
+]
 RUN_SECTIONS = ["Data", "Model", "Train", "Tracking", "Storage"]
 # (deployment, its form's summary, sections shown, sections not shown)
 FORMS = [
@@ -33,25 +35,31 @@ FORMS = [
         "train-model/local",
         "One training run",
         RUN_SECTIONS,
-        ["Synth", "Shard", "Eval", "Registry", "Predict"],
+        ["Synth", "Shard", "Eval", "Registry", "Predict", "Sweep"],
     ),
     (
         "evaluate-model/local",
         "Multi-view evaluation",
         [*RUN_SECTIONS, "Eval"],
-        ["Synth", "Shard", "Registry", "Predict"],
+        ["Synth", "Shard", "Registry", "Predict", "Sweep"],
     ),
     (
         "register-model/local",
         "A trained model into",
         [*RUN_SECTIONS, "Eval", "Registry"],
+        ["Synth", "Shard", "Predict", "Sweep"],
+    ),
+    (
+        "sweep-model/local",
+        "A hyperparameter sweep",
+        [*RUN_SECTIONS, "Eval", "Registry", "Sweep"],
         ["Synth", "Shard", "Predict"],
     ),
     (
         "video-pipeline/demo",
         "The whole pipeline",
         [*RUN_SECTIONS, "Synth", "Shard", "Eval", "Registry"],
-        ["Predict"],
+        ["Predict", "Sweep"],
     ),
 ]
 

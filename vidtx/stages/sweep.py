@@ -109,7 +109,7 @@ def run_sweep(config: PipelineConfig, sweep_name: str | None = None) -> SweepRes
             tune_trial_environment(),
         ):
             check_resources(config, autoscaling=address is not None)
-            grid = _tuner(plan, storage_path, autoscaling=address is not None).fit()
+            grid = build_tuner(plan, storage_path, autoscaling=address is not None).fit()
     except BaseException as err:
         stopped = stopped_from_outside(err)
         client.set_terminated(parent_run_id, status="KILLED" if stopped else "FAILED")
@@ -122,7 +122,7 @@ def run_sweep(config: PipelineConfig, sweep_name: str | None = None) -> SweepRes
     return SweepResult.conclude(plan, trial_rows(plan, grid), client)
 
 
-def _tuner(plan: SweepPlan, storage_path: str, autoscaling: bool) -> ray.tune.Tuner:
+def build_tuner(plan: SweepPlan, storage_path: str, autoscaling: bool) -> ray.tune.Tuner:
     """A new Tuner for the sweep, or the one its experiment folder holds (a sweep started again)."""
     sweep = plan.config.sweep
     trainable = ray.tune.with_resources(
