@@ -98,10 +98,10 @@ def test_the_space_becomes_tunes_and_the_trials_at_once_are_what_the_cluster_fit
 
 
 def sweep_config(tiny_dataset: PipelineConfig, tmp_path: Path) -> PipelineConfig:
-    """4 trials, 2 at a time, of 12 steps (a validated checkpoint every 4), over learning rates
+    """4 trials, 2 at a time, of 8 steps (a validated checkpoint every 4), over learning rates
     given as a grid so that the good ones run first: the bad ones reach ASHA's first rung (step 4)
     after the good ones' validation loss is recorded there, so they are stopped."""
-    config = run_config(tiny_dataset, tmp_path, max_steps=12, checkpoint_every=4, val_every=4)
+    config = run_config(tiny_dataset, tmp_path, max_steps=8, checkpoint_every=4, val_every=4)
     config.train.cpus_per_worker = 0.49  # two trials of two workers (and their drivers) in 2 CPUs
     config.train.precision = "fp32"
     config.data.num_workers = 0
@@ -150,12 +150,13 @@ def wait_until(what: str, check, process: subprocess.Popen, log: Path, timeout: 
 def test_a_sweep_stops_weak_trials_nests_them_in_mlflow_resumes_after_a_kill_and_registers_the_best(
     tiny_dataset: PipelineConfig, tmp_path: Path
 ) -> None:
-    """`vidtx sweep` of 4 trials, 2 at a time, killed (SIGKILL to the driver) once a bad trial has
-    been stopped early by ASHA, then started again with the same name as the sweep-model flow:
+    """`vidtx sweep` of 4 trials, 2 at a time, killed (SIGKILL to the driver) once ASHA has stopped
+    the bad trials, then started again with the same name as the sweep-model flow:
 
-    - the stopped trial's run ends KILLED with the reason and the checkpoint it kept;
-    - the trials that had ended before the kill are not trained again (nothing logged to their runs),
-      one that was training resumes from its checkpoint;
+    - a stopped trial's run ends KILLED with the reason and the checkpoint it kept;
+    - the trials that ended before the kill are not trained again (nothing logged to their runs);
+      a trial that was training resumes from its latest checkpoint as any training does (the
+      killed-job test of tests/test_train.py);
     - one parent run throughout, the 4 trials' runs nested under it with their learning rates;
     - the best trial (a good learning rate) is evaluated and registered;
     - the flow's artifact is the trials table, each row linking its MLflow run and saying how it ended;
@@ -180,15 +181,18 @@ def test_a_sweep_stops_weak_trials_nests_them_in_mlflow_resumes_after_a_kill_and
             for metric in ("train/loss", "val/loss", "train/resumed_from_step")
         }
 
-    def a_bad_trial_stopped() -> bool:
-        return any(
-            run.info.status == "KILLED" and float(run.data.params["train.optimizer.lr"]) in BAD
-            for run in trial_runs()  # (a run just created may not have its params yet)
+    def bad_trials_stopped() -> bool:
+        return (
+            sum(
+                run.info.status == "KILLED" and float(run.data.params["train.optimizer.lr"]) in BAD
+                for run in trial_runs()  # (a run just created may not have its params yet)
+            )
+            == 2
         )
 
     earlier_sessions = set(RAY_SESSIONS.glob("session_2*"))
     with sweep_process(command, tmp_path / "first.log") as first:
-        wait_until("a bad trial was stopped early", a_bad_trial_stopped, first, tmp_path / "first.log")
+        wait_until("the bad trials were stopped early", bad_trials_stopped, first, tmp_path / "first.log")
         # the local Ray, the trials and their training go with the driver; Ray's two agents wait for
         # its dead GCS for about a minute, then end themselves
         started = [
@@ -198,18 +202,11 @@ def test_a_sweep_stops_weak_trials_nests_them_in_mlflow_resumes_after_a_kill_and
         first.wait()
     _, alive = psutil.wait_procs(started, timeout=30)
     assert not alive, [p.name() for p in alive]
-    # as the kill left them: trials that had ended, and those that were training with a checkpoint
-    ended = {
-        run.info.run_name: training_logged(run.info.run_id)
-        for run in trial_runs()
-        if (storage / run.info.run_name / RESULT_FILE).exists()
-    }
-    resumable = {
-        run.info.run_name
-        for run in trial_runs()
-        if run.info.run_name not in ended and any((storage / run.info.run_name).glob("checkpoint-*"))
-    }
-    assert ended  # at least the good trial whose end let the stopped one start
+    # as the kill left them: every trial had ended (the bad ones start when the good ones end), some
+    # perhaps after Tune last saved its state; resumed, none may train again
+    ended = {run.info.run_name: training_logged(run.info.run_id) for run in trial_runs()}
+    assert len(ended) == 4
+    assert all((storage / name / RESULT_FILE).exists() for name in ended)
 
     resume = [sys.executable, "-c", SWEEP_MODEL_FLOW, str(config_file)]
     with sweep_process(resume, tmp_path / "second.log", PREFECT_API_URL=PREFECT_API_URL.value()) as second:
@@ -261,10 +258,6 @@ def test_a_sweep_stops_weak_trials_nests_them_in_mlflow_resumes_after_a_kill_and
     for name, logged in ended.items():  # not trained again: what its training logged is as it was
         assert training_logged(runs[name].info.run_id) == logged, name
         assert runs[name].info.status in ("FINISHED", "KILLED")
-    for name in resumable:  # was training at the kill: resumed from its checkpoint
-        resumed = client.get_metric_history(runs[name].info.run_id, "train/resumed_from_step")
-        assert resumed, name
-        assert all(point.value >= 4 for point in resumed), name
     best = runs[parent.data.tags[BEST_TRIAL_TAG]]
     assert float(best.data.params["train.optimizer.lr"]) in GOOD
     (version,) = client.search_model_versions("name = 'vidtx-sweep'")

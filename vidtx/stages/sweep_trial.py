@@ -18,7 +18,7 @@ from ray.tune.experiment import Trial
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
 
 from vidtx.config import PipelineConfig
-from vidtx.tracking.runs import connect
+from vidtx.tracking.runs import connect, find_run
 from vidtx.tracking.sweeps import end_trial_run, trial_tags
 from vidtx.train.launcher import train
 from vidtx.train.payload import TrainResult, checkpoint_uri
@@ -83,8 +83,19 @@ class TrialEnds(ray.tune.Callback):
         if TrainResult.exists(config.train.storage_path, run_name):
             return  # it finished and recorded itself
         client = connect(self.plan.tracking_uri)
+        if (run := find_run(client, config.tracking.experiment, run_name)) is None:
+            return  # it ended before its training made its run
         checkpoint_path = result.get(CHECKPOINT_PATH_KEY)
         checkpoint = checkpoint_uri(config.train.storage_path, checkpoint_path) if checkpoint_path else None
+        TrainResult(  # first: a sweep stopped from here on finds the trial ended
+            run_name=run_name,
+            storage_path=config.train.storage_path,
+            checkpoint=checkpoint,
+            best_checkpoint=None,
+            metrics={key: result[key] for key in REPORTED if key in result},
+            mlflow_run_id=run.info.run_id,
+            tracking_uri=self.plan.tracking_uri,
+        ).save()
         sweep = self.plan.config.sweep
         reason = (
             f"stopped early by the sweep's {self.scheduler} scheduler at step {step} of {max_steps} "
@@ -92,23 +103,11 @@ class TrialEnds(ray.tune.Callback):
             if step < max_steps
             else None
         )
-        status = "KILLED" if reason else "FINISHED"
-        run_id = end_trial_run(client, config.tracking.experiment, run_name, reason, checkpoint, status)
-        if run_id is None:
-            return  # it ended before its training made its run
-        TrainResult(
-            run_name=run_name,
-            storage_path=config.train.storage_path,
-            checkpoint=checkpoint,
-            best_checkpoint=None,
-            metrics={key: result[key] for key in REPORTED if key in result},
-            mlflow_run_id=run_id,
-            tracking_uri=self.plan.tracking_uri,
-        ).save()
+        end_trial_run(client, run.info.run_id, reason, checkpoint, "KILLED" if reason else "FINISHED")
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        config = self.plan.config
-        reason = f"the trial failed (its error: {trial.error_file or 'the sweep log'})"
         client = connect(self.plan.tracking_uri)
-        run_name = self.plan.trial_run_name(trial.trial_id)
-        end_trial_run(client, config.tracking.experiment, run_name, reason, None, "FAILED")
+        run = find_run(client, self.plan.config.tracking.experiment, self.plan.trial_run_name(trial.trial_id))
+        if run is not None:
+            reason = f"the trial failed (its error: {trial.error_file or 'the sweep log'})"
+            end_trial_run(client, run.info.run_id, reason, None, "FAILED")

@@ -16,7 +16,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from pydantic import BaseModel
 
 from vidtx.config import PipelineConfig
-from vidtx.tracking.runs import CHECKPOINT_TAG, END_REASON_TAG, find_run, start_or_resume_run
+from vidtx.tracking.runs import CHECKPOINT_TAG, END_REASON_TAG, start_or_resume_run
 
 SWEEP_TAG = "vidtx.sweep"  # the sweep's name, on its parent run and on every trial's run
 TRIAL_TAG = "vidtx.sweep.trial"  # a trial run's Ray Tune trial id
@@ -37,25 +37,15 @@ def start_sweep_run(
 
 
 def end_trial_run(
-    client: MlflowClient,
-    experiment: str,
-    run_name: str,
-    reason: str | None,
-    checkpoint: str | None,
-    status: str,
-) -> str | None:
+    client: MlflowClient, run_id: str, reason: str | None, checkpoint: str | None, status: str
+) -> None:
     """End the run of a trial whose process is gone (stopped early: KILLED, saying why; failed:
-    FAILED) with the checkpoint it kept (later stages find it there, as a finished run's); its id,
-    None where the trial ended before its training made the run."""
-    if (run := find_run(client, experiment, run_name)) is None:
-        return None
-    run_id = run.info.run_id
+    FAILED) with the checkpoint it kept (later stages find it there, as a finished run's)."""
     if checkpoint:
         client.set_tag(run_id, CHECKPOINT_TAG, checkpoint)
     if reason:  # the training's own end, should it come after this one, then leaves it as it is
         client.set_tag(run_id, END_REASON_TAG, reason)
     client.set_terminated(run_id, status=status)
-    return run_id
 
 
 class TrialRow(BaseModel):
