@@ -28,7 +28,10 @@ ROOT = "pipeline"  # the section of the top-level scalars (`name`, `workdir`)
 
 
 def section_model(annotation: Any) -> type[BaseModel] | None:
-    """The section class a field holds (`SynthConfig | None` -> SynthConfig), None for a value."""
+    """The section class a field holds (`SynthConfig | None` -> SynthConfig), None for a value (a
+    mapping or list of models, `sweep.space`, is one value: its keys are the user's)."""
+    if typing.get_origin(annotation) in (dict, list, tuple):
+        return None
     for arg in typing.get_args(annotation) or (annotation,):
         if isinstance(arg, type) and issubclass(arg, BaseModel):
             return arg
