@@ -16,7 +16,7 @@ from flows.cancellation import cancellable, cancelled
 from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.config.sections import sections_config
-from vidtx.stages.sweep import check_space, run_sweep
+from vidtx.stages.sweep import run_sweep
 from vidtx.stages.sweep_result import SweepResult
 from vidtx.tracking.links import experiment_link, model_version_link, run_link
 from vidtx.tracking.sweeps import TrialRow
@@ -69,7 +69,6 @@ def sweep_model(config: SweepModelConfig) -> SweepResult | State:
     storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
     run_config = config.pipeline()
     run_config.sweep.name = run_config.sweep.name or f"{run_config.name}-sweep-{flow_run.id}"
-    check_space(run_config)  # a space no trial can train fails before Ray starts
     sweep = run_trials(run_config, return_state=True)
     if sweep.is_cancelled():
         return cancelled(sweep)

@@ -74,10 +74,11 @@ def param_space(space: dict[str, Distribution]) -> dict[str, Any]:
     return {key: TUNE_KINDS[dist.kind](list(dist.values)) for key, dist in space.items()}
 
 
-def run_sweep(config: PipelineConfig, sweep_name: str | None = None) -> SweepResult:
-    """Run (or resume) the sweep of `config`; the best trial evaluated and registered."""
+def run_sweep(config: PipelineConfig) -> SweepResult:
+    """Run (or resume: the same `sweep.name`) the sweep of `config`; the best trial evaluated and
+    registered. Every value of the space is checked before anything starts."""
     check_space(config)
-    sweep_name = sweep_name or config.sweep.name or default_sweep_name(config)
+    sweep_name = config.sweep.name or default_sweep_name(config)
     address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
     if is_jobs_api(address):
         raise ConfigError(
