@@ -165,7 +165,9 @@ def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
 ) -> None:
     # The workers' output: printed by Ray, or records of `ray.workers` where vidtx set up logging.
     caplog.set_level(logging.INFO, logger="ray.workers")
-    config = cluster_config(tiny_config, tmp_path, max_steps=30, checkpoint_every=5, max_failures=1)
+    # 28 steps after the kill: Ray notices the node's death several seconds late (one run in five
+    # trained 13 more steps before its worker group failed); with 18 the run could end first
+    config = cluster_config(tiny_config, tmp_path, max_steps=40, checkpoint_every=5, max_failures=1)
     outcome: dict[str, TrainResult | BaseException] = {}
     progress: list[int] = []
 
@@ -208,14 +210,17 @@ def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
     assert len(placements) >= 4, placements  # two ranks started, then started again
     assert {nodes.get(node, "dead") for _, node in placements[:2]} == {"head", "dead"}  # node_b is gone
     assert {nodes.get(node, "dead") for _, node in placements[-2:]} == {"head", "node_c"}
-    assert result.metrics["step"] == 30
+    assert result.metrics["step"] == 40
     restarts = history(result, "train/resumed_from_step")
     assert len(restarts) == 1
     (resumed_at,) = restarts
-    assert 5 <= resumed_at <= 20  # a checkpoint from before the kill, not a restart from 0
+    # from a checkpoint: the one current at the kill or a later one (the worker on the dead node
+    # trains on until Ray notices), or the one before it (Ray registers reports asynchronously),
+    # never from 0
+    assert reached // 5 * 5 - 5 <= resumed_at < 40
     assert resumed_at % 5 == 0
-    assert sorted(history(result, STEP_METRIC)) == list(range(1, 31))  # no step counted twice
-    assert history(result, "train/samples_seen")[30] == 30 * 2 * config.train.micro_batch_size
+    assert sorted(history(result, STEP_METRIC)) == list(range(1, 41))  # no step counted twice
+    assert history(result, "train/samples_seen")[40] == 40 * 2 * config.train.micro_batch_size
     assert runs_in_experiment(result) == [result.mlflow_run_id]
     # the submitter's tags and progress callback reach the run submitted as a Ray Job
     run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)
