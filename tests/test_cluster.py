@@ -226,4 +226,4 @@ def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
     run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)
     assert run.data.tags["origin"] == "test"
     assert progress
-    assert progress[-1] == 30
+    assert progress[-1] == 40
