@@ -164,8 +164,13 @@ def test_cluster_demo_is_the_demo_config_on_the_shared_volume() -> None:
         f"tracking.ui_url=http://127.0.0.1:{NAMES['services']['mlflow']}",
     ]
     expected = load_config(ROOT / "configs/experiments/demo.yaml", overrides)
+    searched = expected.model_copy(
+        update={"sweep": load_config(ROOT / "configs/experiments/demo_sweep.yaml").sweep}
+    )
     for deployment in kubernetes_deployments():
-        assert_deployment_runs(deployment, expected)
+        assert_deployment_runs(
+            deployment, searched if deployment["entrypoint"].endswith(":sweep_model") else expected
+        )
     for path in (
         expected.workdir,
         expected.synth.output,
