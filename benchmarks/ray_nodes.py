@@ -33,10 +33,20 @@ BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent  # the nodes' jobs and workers import this checkout's vidtx
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free now on 127.0.0.1 that this process has not handed out before: the OS may give
+    the same free port twice in a row, and two components of a node then clashed (Ray refused to
+    start: "runtime_env_agent is trying to use a port number ... used by other components")."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass

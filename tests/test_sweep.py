@@ -166,7 +166,8 @@ def test_a_sweep_stops_weak_trials_nests_them_in_mlflow_resumes_after_a_kill_and
     config = sweep_config(tiny_dataset, tmp_path)
     config_file = tmp_path / "sweep.yaml"
     config_file.write_text(dump_config(config))
-    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+    store = f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    client = MlflowClient(store, registry_uri=store)  # (not the registry an earlier test's process set)
     storage = Path(config.train.storage_path)
     command = [sys.executable, "-m", "vidtx", "sweep", str(config_file)]
 

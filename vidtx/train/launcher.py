@@ -42,7 +42,6 @@ from vidtx.tracking.lineage import INIT_FROM_TAG, MANIFEST_HASH_TAG
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
     CHECKPOINT_TAG,
-    END_REASON_TAG,
     connect,
     end_orphaned_runs,
     resolve_tracking_uri,
@@ -137,7 +136,7 @@ def _train_on_ray(
                 result = _fit(trainer)
     except BaseException as err:  # stopped from outside (SIGTERM, Ctrl-C, a Prefect cancellation): KILLED
         stopped = stopped_from_outside(err)
-        if END_REASON_TAG not in client.get_run(run_id).data.tags:  # else ended already by what stopped it
+        if client.get_run(run_id).info.status == "RUNNING":  # else ended already by what stopped it
             client.set_terminated(run_id, status="KILLED" if stopped else "FAILED")
         if stopped:
             ray_state = "Ray shut down" if not ray.is_initialized() else "Ray left running (not started here)"
