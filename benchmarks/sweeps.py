@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.results import REPO_ROOT, BenchmarkResult, Table, fmt
-from benchmarks.training_overhead import write_dataset
-from vidtx.config import PipelineConfig, load_config
+from benchmarks.results import BenchmarkResult, Table, fmt
+from benchmarks.training_overhead import demo_config, write_dataset
+from vidtx.config import PipelineConfig
 from vidtx.ray_session import ray_session, tune_trial_environment
 from vidtx.stages.sweep import build_tuner
 from vidtx.stages.sweep_trial import SweepPlan
@@ -30,24 +30,15 @@ from vidtx.train.launcher import train
 
 log = logging.getLogger(__name__)
 
-DEMO = REPO_ROOT / "configs" / "experiments" / "demo.yaml"
 LEARNING_RATES = [1e-3, 2e-3, 5e-4, 3e-3]
 
 
 def sweep_config(work: Path, max_steps: int, learning_rates: list[float], at_once: int) -> PipelineConfig:
-    return load_config(
-        DEMO,
+    return demo_config(
+        work,
+        max_steps,
         [
-            f"workdir={work}",
-            f"shard.output={work / 'shards'}",
-            f"data.shards={work / 'shards'}",
-            f"tracking.tracking_uri=sqlite:///{work / 'mlflow.db'}",
-            f"train.storage_path={work / 'ray'}",
             "train.cpus_per_worker=0.49",
-            f"train.max_steps={max_steps}",
-            f"train.checkpoint_every={max_steps}",
-            f"train.val_every={max_steps}",
-            "train.val_max_batches=1",
             f"sweep.space={{train.optimizer.lr: {{grid: {learning_rates}}}}}",
             "sweep.num_trials=1",
             f"sweep.max_concurrent={at_once}",

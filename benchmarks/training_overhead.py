@@ -41,8 +41,8 @@ LOG_EVERY = 8
 FULL_STAGES, QUICK_STAGES = (1, 0), (1,)  # ZeRO stages of the full runs; 1 is the project default
 
 
-def benchmark_config(work: Path, max_steps: int, zero_stage: int) -> PipelineConfig:
-    """The demo pipeline on one Ray worker, validating and checkpointing only after the last step."""
+def demo_config(work: Path, max_steps: int, overrides: list[str]) -> PipelineConfig:
+    """The demo pipeline in `work`, validating and checkpointing only after the last step."""
     return load_config(
         DEMO,
         [
@@ -51,16 +51,19 @@ def benchmark_config(work: Path, max_steps: int, zero_stage: int) -> PipelineCon
             f"data.shards={work / 'shards'}",
             f"tracking.tracking_uri=sqlite:///{work / 'mlflow.db'}",
             f"train.storage_path={work / 'ray'}",
-            "train.num_workers=1",
-            "train.cpus_per_worker=1",
-            f"train.zero_stage={zero_stage}",
             f"train.max_steps={max_steps}",
-            f"train.log_every={LOG_EVERY}",
             f"train.checkpoint_every={max_steps}",
             f"train.val_every={max_steps}",
             "train.val_max_batches=1",
+            *overrides,
         ],
     )
+
+
+def benchmark_config(work: Path, max_steps: int, zero_stage: int) -> PipelineConfig:
+    """The demo pipeline on one Ray worker."""
+    overrides = ["train.num_workers=1", "train.cpus_per_worker=1", f"train.zero_stage={zero_stage}"]
+    return demo_config(work, max_steps, [*overrides, f"train.log_every={LOG_EVERY}"])
 
 
 def write_dataset(config: PipelineConfig, work: Path, train_videos_per_class: int) -> None:
@@ -98,7 +101,7 @@ def bare_loop(config: PipelineConfig) -> tuple[list[float], float]:
     window_start, rates = time.perf_counter(), []
     with torch_threads(1):  # what Ray gives a worker with one CPU (OMP_NUM_THREADS=1)
         for step in range(1, train_cfg.max_steps + 1):
-            clips, labels = next(batches)
+            clips, labels, _ = next(batches)
             clips = normalize_clips(clips, data.mean, data.std)
             loss = classification_loss(model(clips), labels, train_cfg.label_smoothing)
             loss.backward()

@@ -54,7 +54,7 @@ def test_more_workers_than_cpus_is_a_clear_error(tiny_dataset: PipelineConfig, t
     assert not (tmp_path / "ray" / "too-big").exists()
     config.train.num_workers, config.train.use_gpu = 1, True
     with pytest.raises(
-        ValueError, match=r"train.num_workers = 1 GPU workers, but the Ray cluster has 0 GPUs"
+        ValueError, match=r"train.num_workers with train.use_gpu = 1 GPUs, but the Ray cluster has 0 GPUs"
     ):
         train(config, run_name="no-gpu")
 

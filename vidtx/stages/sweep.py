@@ -33,7 +33,7 @@ from vidtx.stages.sweep_result import SweepResult, trial_rows
 from vidtx.stages.sweep_trial import SweepPlan, TrialEnds, run_trial
 from vidtx.tracking.runs import connect, end_orphaned_runs, resolve_tracking_uri
 from vidtx.tracking.sweeps import start_sweep_run
-from vidtx.train.launcher import check_resources
+from vidtx.train.launcher import check_resources, workers_resources
 from vidtx.train.payload import storage_location
 from vidtx.train.splits import training_splits
 
@@ -120,7 +120,7 @@ def run_sweep(config: PipelineConfig) -> SweepResult:
                 f"kept in {storage_path}; the same sweep name resumes it"
             )
         raise
-    return SweepResult.conclude(plan, trial_rows(plan, grid), client)
+    return SweepResult.conclude(plan, trial_rows(plan, grid, client), client)
 
 
 def build_tuner(plan: SweepPlan, storage_path: str, autoscaling: bool) -> ray.tune.Tuner:
@@ -172,10 +172,8 @@ def max_concurrent(config: PipelineConfig, autoscaling: bool = False) -> int:
     """`sweep.max_concurrent`, at most the trials whose training workers the Ray cluster holds at once
     (Ray's guidance for Train runs inside Tune: a trial waiting for its workers only adds load).
     ValueError names the fields where not one trial fits (on a cluster the autoscaler may add nodes)."""
-    train, resources = config.train, ray.cluster_resources()
-    per_trial = {"CPU": train.num_workers * train.cpus_per_worker + TRIAL_DRIVER_CPUS}
-    if train.use_gpu:
-        per_trial["GPU"] = train.num_workers
+    resources, per_trial = ray.cluster_resources(), workers_resources(config.train)
+    per_trial["CPU"] += TRIAL_DRIVER_CPUS
     fits = min(math.floor(resources.get(name, 0) / need + 1e-9) for name, need in per_trial.items())
     if fits == 0 and not autoscaling:
         needs = ", ".join(f"{need:g} {name}s" for name, need in per_trial.items())

@@ -15,14 +15,13 @@ from vidtx.stages.register import register_trained
 from vidtx.stages.sweep_trial import SweepPlan
 from vidtx.stages.trained_model import find_trained_run
 from vidtx.tracking.model_registry import ModelVersionInfo
-from vidtx.tracking.runs import find_run
-from vidtx.tracking.sweeps import TrialRow, finish_sweep_run
+from vidtx.tracking.sweeps import TrialRow, finish_sweep_run, trial_runs
 
 
-def trial_rows(plan: SweepPlan, grid: ray.tune.ResultGrid) -> list[TrialRow]:
+def trial_rows(plan: SweepPlan, grid: ray.tune.ResultGrid, client: MlflowClient) -> list[TrialRow]:
     """Each trial of the finished Tuner: its values, best metric, how it ended, its MLflow run."""
-    sweep, experiment = plan.config.sweep, plan.config.tracking.experiment
-    client = MlflowClient(plan.tracking_uri)
+    sweep = plan.config.sweep
+    runs = trial_runs(client, plan.parent_run_id)
     rows = []
     for result in grid:
         trial_id = str(result.metrics.get("trial_id") or Path(result.path).name)  # no report: its folder
@@ -37,7 +36,7 @@ def trial_rows(plan: SweepPlan, grid: ray.tune.ResultGrid) -> list[TrialRow]:
             state = (
                 "finished" if steps >= plan.trial_config(result.config).train.max_steps else "stopped early"
             )
-        run = find_run(client, experiment, run_name)
+        run = runs.get(trial_id)
         rows.append(
             TrialRow(
                 trial_id=trial_id,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mlflow import MlflowClient
+from mlflow.entities import Run
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 from pydantic import BaseModel
 
@@ -34,6 +35,15 @@ def start_sweep_run(
 ) -> str:
     """The parent run of sweep `sweep_name`, created or reopened; its id."""
     return start_or_resume_run(client, config, sweep_name, {SWEEP_TAG: sweep_name, **(tags or {})})
+
+
+def trial_runs(client: MlflowClient, parent_run_id: str) -> dict[str, Run]:
+    """The runs nested under a sweep's parent run, by their trial id."""
+    parent = client.get_run(parent_run_id)
+    runs = client.search_runs(
+        [parent.info.experiment_id], filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_run_id}'"
+    )
+    return {run.data.tags[TRIAL_TAG]: run for run in runs if TRIAL_TAG in run.data.tags}
 
 
 def end_trial_run(

@@ -30,7 +30,7 @@ from ray.train import (
 from ray.train.torch import TorchTrainer
 
 from vidtx import storage
-from vidtx.config import ConfigError, PipelineConfig
+from vidtx.config import ConfigError, PipelineConfig, TrainConfig
 from vidtx.data.shares import UnreadableShardsError
 from vidtx.locations import is_remote, location
 from vidtx.manifest import load_manifest
@@ -207,24 +207,32 @@ def _build_trainer(
     )
 
 
+WANTED_BY = {
+    "CPU": "train.num_workers x train.cpus_per_worker",
+    "GPU": "train.num_workers with train.use_gpu",
+}
+
+
+def workers_resources(train_cfg: TrainConfig) -> dict[str, float]:
+    """What a training's workers take from the Ray cluster together, by resource name."""
+    wanted = {"CPU": train_cfg.num_workers * train_cfg.cpus_per_worker}
+    if train_cfg.use_gpu:
+        wanted["GPU"] = train_cfg.num_workers
+    return wanted
+
+
 def check_resources(config: PipelineConfig, autoscaling: bool) -> None:
     """Fail with a message naming the fields rather than wait forever for a placement group that
     cannot be placed. On a cluster (`autoscaling`) missing resources may still be added by the
     autoscaler, so that is only logged."""
     train_cfg = config.train
     available = ray.cluster_resources()
-    problems = []
-    wanted_cpus = train_cfg.num_workers * train_cfg.cpus_per_worker
-    if wanted_cpus > available.get("CPU", 0):
-        problems.append(
-            f"train.num_workers x train.cpus_per_worker = {wanted_cpus:g} CPUs, "
-            f"but the Ray cluster has {available.get('CPU', 0):g}"
-        )
-    if train_cfg.use_gpu and train_cfg.num_workers > available.get("GPU", 0):
-        problems.append(
-            f"train.num_workers = {train_cfg.num_workers} GPU workers, but the Ray cluster has "
-            f"{available.get('GPU', 0):g} GPUs"
-        )
+    wanted = workers_resources(train_cfg)
+    problems = [
+        f"{WANTED_BY[name]} = {need:g} {name}s, but the Ray cluster has {available.get(name, 0):g} {name}s"
+        for name, need in wanted.items()
+        if need > available.get(name, 0)
+    ]
     nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
     if train_cfg.placement == "strict_spread" and train_cfg.num_workers > nodes:
         problems.append(

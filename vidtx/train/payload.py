@@ -59,7 +59,7 @@ class TrainResult(BaseModel):
 
     def save(self) -> str:
         """Write the result into the run's storage folder; returns where."""
-        where = f"{run_folder(self.storage_path, self.run_name)}/{RESULT_FILE}"
+        where = result_file(self.storage_path, self.run_name)
         with storage.staged(location(where)) as file:
             file.write_text(self.model_dump_json(indent=2))
         return where
@@ -67,15 +67,19 @@ class TrainResult(BaseModel):
     @staticmethod
     def exists(storage_path: str, run_name: str) -> bool:
         """Whether run `run_name` saved its result (it finished)."""
-        return storage.is_file(location(f"{run_folder(storage_path, run_name)}/{RESULT_FILE}"))
+        return storage.is_file(location(result_file(storage_path, run_name)))
 
     @classmethod
     def load(cls, storage_path: str, run_name: str) -> TrainResult:
         """The result a run wrote with `save`; FileNotFoundError when it wrote none."""
-        where = location(f"{run_folder(storage_path, run_name)}/{RESULT_FILE}")
-        if not storage.is_file(where):
-            raise FileNotFoundError(f"{run_folder(storage_path, run_name)}: no {RESULT_FILE}")
-        return cls.model_validate_json(storage.read_text(where))
+        if not cls.exists(storage_path, run_name):
+            raise FileNotFoundError(f"{result_file(storage_path, run_name)}: no such file")
+        return cls.model_validate_json(storage.read_text(location(result_file(storage_path, run_name))))
+
+
+def result_file(storage_path: str, run_name: str) -> str:
+    """Where run `run_name` saves its `TrainResult`."""
+    return f"{run_folder(storage_path, run_name)}/{RESULT_FILE}"
 
 
 def storage_location(storage_path: str) -> str:
