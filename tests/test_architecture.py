@@ -4,6 +4,7 @@ the layering of ARCHITECTURE.md: no cycle, no import up the layers, and the rule
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -218,3 +219,17 @@ def test_no_library_module_is_over_300_lines_and_the_cli_is_thin() -> None:
     lengths = {module: len(path.read_text().splitlines()) for module, path in source_modules().items()}
     assert {module: n for module, n in lengths.items() if n > 300} == {}
     assert lengths["vidtx.cli"] < 260  # a command is its signature and a call into the library
+
+
+def test_the_served_model_reaches_neither_the_training_loader_nor_ray_nor_deepspeed() -> None:
+    """What importing the served model and `vidtx predict`'s one-video path loads, transitively (the
+    rules above see one edge at a time)."""
+    code = "import sys, vidtx.serving.classifier, vidtx.eval.predict; print(' '.join(sys.modules))"
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    assert "vidtx.serving.classifier" in loaded
+    assert loaded & {"webdataset", "deepspeed", "ray", "vidtx.data.loader"} == set()
+    assert [module for module in loaded if module.startswith(("vidtx.train", "vidtx.shard"))] == []

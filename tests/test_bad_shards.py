@@ -56,7 +56,7 @@ def test_loaders_decode_odd_sizes_frame_rates_and_containers_to_the_configured_c
     assert len({five[t].numpy().tobytes() for t in range(8)}) == 5
     epoch = list(build_train_loader(cfg, batch_size=4, seed=0))
     assert len(epoch) == 3
-    assert all(clips.shape == (4, 8, 28, 28, 3) for clips, _ in epoch)
+    assert all(clips.shape == (4, 8, 28, 28, 3) for clips, *_ in epoch)
 
 
 def write_shard_of_samples(folder: Path, samples: dict[str, dict[str, bytes]]) -> None:
@@ -147,7 +147,7 @@ def test_loaders_read_what_is_left_of_a_truncated_tar_and_log_the_rest(
         epoch = list(build_train_loader(cfg, batch_size=4, seed=0))
     assert len(keys) == 24 - 3  # the truncated shard keeps its first two samples
     assert len(epoch) == 6  # a whole epoch: training goes on, resampling the readable data
-    assert all(clips.shape == (4, 4, 28, 28, 3) for clips, _ in epoch)
+    assert all(clips.shape == (4, 4, 28, 28, 3) for clips, *_ in epoch)
     messages = [r.getMessage() for r in caplog.records]
     size = (damaged_shards / "train-000001.tar").stat().st_size
     damaged = f"split train: damaged shard train-000001.tar: {size} bytes, the manifest says"

@@ -115,7 +115,7 @@ def test_both_loaders_read_the_frames_store(frames_shards: Path, synthetic_shard
     )
     epoch = list(build_train_loader(cfg, batch_size=4, seed=0))
     assert len(epoch) == 6  # an epoch: 24 train videos / 4 per batch (2 clips of each decoded video)
-    assert all(clips.shape == (4, 4, 28, 28, 3) and clips.dtype == torch.uint8 for clips, _ in epoch)
+    assert all(clips.shape == (4, 4, 28, 28, 3) and clips.dtype == torch.uint8 for clips, *_ in epoch)
     views = {}
     for store in (frames_shards, video_shards):
         batches = build_eval_loader(

@@ -1,5 +1,6 @@
 """The webdataset loaders on real shards of real MP4 files (synth -> shard -> load)."""
 
+import itertools
 import json
 import logging
 import math
@@ -49,14 +50,14 @@ def test_train_loader_yields_one_epoch_of_uint8_clip_batches(
     loader = build_train_loader(data_config(shards), batch_size=4, seed=0)
     epoch = batches(loader)
     assert len(epoch) == len(loader) == math.ceil(24 / 4)
-    for clips, labels in epoch:
+    for clips, labels, _ in epoch:
         assert clips.shape == (4, 4, 28, 28, 3)  # (B, T, H, W, C): normalised on the device
         assert clips.dtype == torch.uint8
         assert labels.dtype == torch.int64
         assert set(labels.tolist()) <= {0, 1, 2, 3}
-    all_clips = torch.cat([clips for clips, _ in epoch]).float()
+    all_clips = torch.cat([clips for clips, *_ in epoch]).float()
     assert all_clips.std() > 25
-    assert len({tuple(labels.tolist()) for _, labels in epoch}) > 1
+    assert len({tuple(labels.tolist()) for _, labels, _ in epoch}) > 1
 
 
 @pytest.mark.usefixtures("single_process")
@@ -71,7 +72,7 @@ def test_train_stream_is_deterministic_per_epoch_and_moves_on_each_iteration(
     replay1 = batches(build_train_loader(cfg, batch_size=4, seed=0, epoch=1))
     other_seed = batches(build_train_loader(cfg, batch_size=4, seed=1))
     for a, b in [(epoch0, replay0), (epoch1, replay1)]:
-        for (clips_a, labels_a), (clips_b, labels_b) in zip(a, b, strict=True):
+        for (clips_a, labels_a, _), (clips_b, labels_b, _) in zip(a, b, strict=True):
             torch.testing.assert_close(clips_a, clips_b)
             assert labels_a.tolist() == labels_b.tolist()
     assert not torch.equal(epoch0[0][0], epoch1[0][0])
@@ -89,7 +90,7 @@ def test_train_loader_with_two_ranks_and_two_workers(
         loader = build_train_loader(data_config(shards, num_workers=2), batch_size=4, seed=0)
         streams.append(batches(loader))
         assert len(streams[-1]) == len(loader) == math.ceil(24 / 2 / 4)  # half an epoch per rank
-        assert all(clips.shape == (4, 4, 28, 28, 3) for clips, _ in streams[-1])
+        assert all(clips.shape == (4, 4, 28, 28, 3) for clips, *_ in streams[-1])
     assert not torch.equal(streams[0][0][0], streams[1][0][0])  # ranks draw different streams
 
 
@@ -220,7 +221,7 @@ def test_a_sample_that_fails_to_decode_is_skipped_and_logged(
         train = batches(build_train_loader(cfg, batch_size=1, seed=0))
     assert keys == ["good-1", "good-2"]
     assert len(train) == 3
-    assert all(clips.shape == (1, 4, 28, 28, 3) for clips, _ in train)
+    assert all(clips.shape == (1, 4, 28, 28, 3) for clips, *_ in train)
     skipped = [r.getMessage() for r in caplog.records if "skipping" in r.getMessage()]
     assert any("evaluation sample" in m and "000000000001" in m for m in skipped)
     assert any("training sample" in m and "000000000001" in m for m in skipped)
@@ -236,7 +237,39 @@ def test_repeated_sampling_decodes_once_and_emits_k_different_clips(
     )
     epoch = batches(loader)
     assert len(epoch) == 12  # 24 clips: 12 videos decoded, 2 clips each
-    for clips, labels in epoch:
+    for clips, labels, _ in epoch:
         assert labels[0] == labels[1]  # the two clips of a batch come from one video
         assert not torch.equal(clips[0], clips[1])  # with their own sampling and augmentation
-    assert len({tuple(np.round(clips[0, 0, 0, 0, :4].numpy(), 3)) for clips, _ in epoch}) > 1
+    assert len({tuple(np.round(clips[0, 0, 0, 0, :4].numpy(), 3)) for clips, *_ in epoch}) > 1
+
+
+def test_a_loader_restored_from_its_state_goes_on_with_the_clips_of_the_uninterrupted_epochs(
+    synthetic_shards: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rank 1 of 2, 2 DataLoader workers, 2 clips per video: stopped after 3 batches (worker 1's turn next,
+    and a batch of 3 ends between a video's clips), saved as JSON and restored into a new loader, the
+    rest of the epoch and the next are the uninterrupted loader's, clip for clip."""
+    _, shards = synthetic_shards
+    cfg = data_config(shards, num_workers=2, repeated_sampling=2)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    whole = build_train_loader(cfg, batch_size=3, seed=0)
+    uninterrupted = batches(whole) + batches(whole)
+    stopped = build_train_loader(cfg, batch_size=3, seed=0)
+    taken = list(itertools.islice(iter(stopped), 3))
+    state = json.loads(json.dumps(stopped.state_dict()))
+    assert state["batches"] == 3
+    assert len(state["workers"]) == 2
+    resumed = build_train_loader(cfg, batch_size=3, seed=0)
+    resumed.load_state_dict(state)
+    replayed = taken + batches(resumed) + batches(resumed)
+    assert [keys for *_, keys in replayed] == [keys for *_, keys in uninterrupted]
+    for (clips, labels, _), (expected_clips, expected_labels, _) in zip(replayed, uninterrupted, strict=True):
+        assert torch.equal(clips, expected_clips)
+        assert torch.equal(labels, expected_labels)
+    # other settings: the position cannot be replayed, the next epoch starts, and the log says why
+    other = build_train_loader(data_config(shards, num_workers=1, repeated_sampling=2), batch_size=3, seed=0)
+    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"):
+        other.load_state_dict(state)
+    assert other.epoch == 1
+    assert "data.num_workers 2 -> 1" in caplog.text

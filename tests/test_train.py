@@ -28,6 +28,7 @@ from training_runs import history, run_config
 
 from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig, ShardConfig, dump_config, load_config
+from vidtx.data.loader import build_train_loader
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
@@ -152,28 +153,57 @@ def _kill_a_worker_after(config: PipelineConfig, step: int, killed: list[int]) -
                 return
 
 
+def logged_keys(folder: Path, rank: int) -> dict[int, list[str]]:
+    """{step: sample keys} of a rank's `train.sample_log`; a step trained again: its later line."""
+    lines = (folder / f"rank-{rank}.jsonl").read_text().splitlines()
+    return {record["step"]: record["keys"] for record in map(json.loads, lines)}
+
+
+def uninterrupted_keys(
+    config: PipelineConfig, rank: int, steps: int, monkeypatch: pytest.MonkeyPatch
+) -> dict[int, list[str]]:
+    """{step: sample keys} of rank `rank`'s first `steps` batches as a loader reads them from the start."""
+    monkeypatch.setenv("RANK", str(rank))
+    monkeypatch.setenv("WORLD_SIZE", str(config.train.num_workers))
+    loader = build_train_loader(config.data, batch_size=config.train.micro_batch_size, seed=config.train.seed)
+    keys: list[list[str]] = []
+    while len(keys) < steps:
+        keys += [batch.keys for batch in loader]
+    return dict(enumerate(keys[:steps], start=1))
+
+
 def test_killed_worker_restarts_from_the_latest_checkpoint(
-    tiny_dataset: PipelineConfig, tmp_path: Path, bucket: str, bucket_shards: str
+    tiny_dataset: PipelineConfig,
+    tmp_path: Path,
+    bucket: str,
+    bucket_shards: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A worker SIGKILLed mid-run: Ray Train restarts the group, which resumes from the latest
-    registered checkpoint. The workers read their shards from a bucket of the session's S3 server and
-    keep the checkpoints in one (nothing of either on local disk; ZeRO-1, fp32), and the consolidated
-    checkpoint, evaluated from the bucket, reproduces the engine's last validation loss."""
-    # the fewest steps that prove the resume: checkpoints every 3, the kill once step 6 is logged and
-    # a checkpoint registered
+    registered checkpoint, where each rank is in its epoch: from there on it trains on exactly the
+    samples an uninterrupted run would have (2 ranks, 2 DataLoader workers each). The workers read
+    their shards from a bucket of the session's S3 server and keep the checkpoints in one (nothing of
+    either on local disk; ZeRO-1, fp32), and the consolidated checkpoint, evaluated from the bucket,
+    reproduces the engine's last validation loss."""
+    # the fewest steps that prove the resume: epochs of 6 batches, checkpoints every 3 (the first in
+    # the middle of an epoch, after an odd number of batches), the kill once step 4 is logged and a
+    # checkpoint registered
     config = run_config(
         tiny_dataset,
         tmp_path,
         max_steps=12,
+        micro_batch_size=2,
         checkpoint_every=3,
         max_failures=1,
         precision="fp32",
         zero_stage=1,
+        sample_log=tmp_path / "samples",
     )
     config.data.shards = location(bucket_shards)
+    config.data.num_workers = 2
     config.train.storage_path = f"{bucket}/runs"
     killed: list[int] = []
-    killer = threading.Thread(target=_kill_a_worker_after, args=(config, 6, killed), daemon=True)
+    killer = threading.Thread(target=_kill_a_worker_after, args=(config, 4, killed), daemon=True)
     killer.start()
     result = train(config, run_name="killed")
     killer.join(timeout=10)
@@ -187,6 +217,8 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
     assert 3 <= resumed_at < 12
     assert resumed_at % 3 == 0
     assert sorted(history(result, STEP_METRIC)) == list(range(1, 13))  # every step once
+    for rank in (0, 1):
+        assert logged_keys(tmp_path / "samples", rank) == uninterrupted_keys(config, rank, 12, monkeypatch)
     assert history(result, "train/samples_seen")[12] == 12 * 2 * config.train.micro_batch_size
     client = MlflowClient(result.tracking_uri)
     assert len(client.search_runs([client.get_run(result.mlflow_run_id).info.experiment_id])) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
@@ -199,6 +200,11 @@ class TrainConfig(StrictModel):
         None,
         description="Optimizer steps [first, last] (1-based) traced by the torch profiler on rank 0, logged "
         "as MLflow artifacts under profile/ (a Perfetto/Chrome trace and the top operators).",
+    )
+    sample_log: Path | None = Field(
+        None,
+        description="Folder (on the workers' file system) where each rank appends the sample keys of every "
+        "micro-batch it trains to rank-N.jsonl (lines of step and keys): the run's data order, to audit it.",
     )
     peak_tflops: float | None = Field(None, gt=0, description="Per-device peak for MFU (None: not shown).")
     seed: int = Field(0, description="Seeds the weights, the data order, dropout and batch mixing.")

@@ -10,7 +10,9 @@ are the whole split, on one node or many; with fewer shards than ranks every ran
 them). A rank cycles through its own shards for exactly `ceil(num_samples / world_size / batch_size)`
 batches, so ranks stay in lock-step for collectives however the shards' sizes differ; a pass over
 them that gives not one clip is an error naming them. Iterating a train loader again continues
-with the next epoch; a loader built with `epoch=e` replays epoch e exactly (resume).
+with the next epoch; a loader built with `epoch=e` replays epoch e exactly. Where a rank stands in
+its epoch is the loader's state (`state_dict`, `vidtx.data.position`): a checkpoint keeps it, and a
+resumed run's loader goes on with exactly the clips an uninterrupted run would have seen.
 
 Evaluation: the manifest's shards in order, split by rank (whole shards, and the ones left over by
 sample: `vidtx.data.shares`) and by DataLoader worker, not resampled, so all ranks together see every
@@ -18,8 +20,9 @@ sample once and each rank of a split with at least as many samples as ranks has 
 
 Clips leave the loader as uint8 in the decoders' layout (T, H, W, C) (pinned when CUDA is there);
 `vidtx.data.transforms.normalize_clips` makes them the model's float (B, C, T, H, W) on the device.
-Both stores of `vidtx.manifest` are read: a video member decoded with decord (PyAV as the fallback)
-at the size the crop needs, or packed JPEG frames of which only the sampled ones are decoded.
+Both stores of `vidtx.manifest` are read (`vidtx.data.video`): a video member decoded with decord
+(PyAV as the fallback) at the size the crop needs, or packed JPEG frames of which only the sampled
+ones are decoded.
 
 A sample that fails to decode is logged and skipped, and so is whatever part of a tar cannot be read
 (a truncated or missing shard); in training each is logged once per epoch, not on every pass: a
@@ -30,12 +33,12 @@ no decoder or thread state.
 
 from __future__ import annotations
 
-import json
+import itertools
 import logging
 import math
 from collections.abc import Iterable, Iterator
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -44,20 +47,25 @@ import webdataset as wds
 from vidtx import storage
 from vidtx.cache import ShardCache
 from vidtx.config import DataConfig
+from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import CycledSamples, EvalSamples, PassLedger, epoch_shards
-from vidtx.data.transforms import EvalTransform, TrainTransform
+from vidtx.data.transforms import TrainTransform
+from vidtx.data.video import SAMPLE_ERRORS, frames_at, open_sample, sample_name, test_views
 from vidtx.locations import Location, name_of
-from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS, Manifest, damaged_shards, load_manifest
-from vidtx.media.decode import Video, VideoDecodeError, open_video, scaled_size
-from vidtx.media.frames import JpegFrames
+from vidtx.manifest import Manifest, damaged_shards, load_manifest
 from vidtx.processes import forkserver_context
 
 log = logging.getLogger(__name__)
 
-TrainBatch = tuple[torch.Tensor, torch.Tensor]  # clips uint8 (B, T, H, W, C), labels int64 (B,)
+
+class TrainBatch(NamedTuple):
+    clips: torch.Tensor  # uint8 (B, T, H, W, C)
+    labels: torch.Tensor  # int64 (B,)
+    keys: list[str]  # each clip's sample
+
+
 EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]  # views uint8 (B, V, T, H, W, C), labels, keys
-SAMPLE_ERRORS = (VideoDecodeError, KeyError, ValueError)  # what a bad sample raises when opened
 
 
 def log_and_continue(err: Exception) -> bool:
@@ -66,87 +74,57 @@ def log_and_continue(err: Exception) -> bool:
     return True
 
 
-def sample_name(sample: dict[str, Any]) -> str:
-    """`<tar>:<key>` and, when its metadata can be read, the source video: names a sample in logs."""
-    name = f"{sample.get('__url__', '?')}:{sample.get('__key__', '?')}"
-    try:
-        return f"{name} ({json.loads(sample['json'])['source']})"
-    except (KeyError, TypeError, ValueError):
-        return name
-
-
-def open_sample(
-    sample: dict[str, Any], short_side: int, num_threads: int, *, at_least: bool = False
-) -> tuple[Video, dict[str, Any]]:
-    """The sample's video with its short side at `short_side` (with `at_least`, JPEG frames may keep
-    the first DCT scale above it: a random crop is resized anyway), and its json metadata."""
-    meta = json.loads(sample["json"])
-    stored = (meta["width"], meta["height"])
-    size = scaled_size(*stored, short_side)
-    if FRAMES_MEMBER in sample:
-        return JpegFrames(
-            sample[FRAMES_MEMBER], meta["offsets"], meta["fps"], size=size, at_least=at_least
-        ), meta
-    data = next((sample[ext[1:]] for ext in VIDEO_EXTENSIONS if ext[1:] in sample), None)
-    if data is None:
-        raise VideoDecodeError(f"no video member among {sorted(k for k in sample if not k.startswith('_'))}")
-    return open_encoded(data, stored, short_side, num_threads), meta
-
-
-def open_encoded(data: bytes, stored: tuple[int, int], short_side: int, num_threads: int) -> Video:
-    """An encoded video of `stored` (width, height) decoded with its short side at `short_side`: how
-    evaluation opens a shard's video member and the served model a video it is sent."""
-    size = scaled_size(*stored, short_side)
-    # decord scales while it decodes; at the stored size it needs no scaler at all
-    return open_video(data, size=None if size == stored else size, num_threads=num_threads)
-
-
-def _frames(video: Video, indices: np.ndarray) -> np.ndarray:
-    """Frames for an index array of any shape, decoding each distinct frame once: (*shape, H, W, 3)."""
-    unique, inverse = np.unique(indices, return_inverse=True)
-    frames = video.frames(unique.tolist())  # (distinct, H, W, 3)
-    if len(unique) == indices.size and np.array_equal(unique, indices.ravel()):
-        return frames.reshape(*indices.shape, *frames.shape[1:])  # sorted, no repeats: no copy
-    return frames[inverse.reshape(indices.shape)]
-
-
 def _dataloader_worker() -> int:
     return wds.utils.pytorch_worker_info()[2]
 
 
+class TrainClip(NamedTuple):
+    """A clip on its way to a batch, with where it came from in its DataLoader worker's stream."""
+
+    clip: torch.Tensor  # uint8 (T, H, W, C)
+    label: int
+    key: str  # the sample's key
+    worker: int  # the DataLoader worker
+    sample: int  # the sample's index in the worker's stream
+    taken: int  # the sample's clips taken up to this one
+
+
 def _train_clips(
-    samples: Iterable[dict[str, Any]], cfg: DataConfig, seed: int, epoch: int, rank: int, ledger: PassLedger
-) -> Iterator[tuple[torch.Tensor, int]]:
-    """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips (T, H, W, C) of
-    it; what each sample gave goes into `ledger`. A sample that fails is logged once, not every pass."""
-    rng = np.random.default_rng([seed, epoch, rank, _dataloader_worker()])
+    samples: Iterable[dict[str, Any]],
+    cfg: DataConfig,
+    seed: int,
+    rank: int,
+    ledger: PassLedger,
+    start: EpochPosition,
+) -> Iterator[TrainClip]:
+    """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips of it; what each
+    sample gave goes into `ledger`. A sample that fails is logged once, not every pass. The worker's
+    stream starts where `start` has it: the samples before are passed over undecoded (they were
+    judged by the ledger of the run that took them), and the clips taken of the next one dropped."""
+    worker = _dataloader_worker()
+    skip, drop = start.start_of(worker)
     sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
     transform = TrainTransform.from_config(cfg)
     failed: set[str] = set()
-    for sample in samples:
+    for index, sample in enumerate(samples):
+        if index < skip:
+            ledger.decoded(sample["__pass__"], 1)
+            continue
+        # a generator per sample, seeded by its place: a resumed stream draws what this one drew
+        rng = np.random.default_rng([seed, start.epoch, rank, worker, index])
         try:
             video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads, at_least=True)
             indices = np.stack([sampler.train(video.num_frames, rng) for _ in range(cfg.repeated_sampling)])
-            clips = [transform(frames, rng) for frames in _frames(video, indices)]
+            clips = [transform(frames, rng) for frames in frames_at(video, indices)]
         except SAMPLE_ERRORS as err:
             if (name := sample_name(sample)) not in failed:
                 failed.add(name)
                 log.warning("skipping training sample %s: %s", name, err)
             clips = []
         ledger.decoded(sample["__pass__"], len(clips))
-        for clip in clips:
-            yield clip, int(meta["label"])
-
-
-def test_views(video: Video, cfg: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
-    """The multi-view test protocol for one video: uint8 views (clips * crops, T, crop, crop, C).
-
-    `video` must be decoded with its short side at `cfg.crop_size`, so the crops cover the frame.
-    """
-    sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
-    transform = EvalTransform(cfg.crop_size, num_crops)
-    clips = _frames(video, sampler.test(video.num_frames, num_clips))  # (clips, T, H, W, 3)
-    return torch.cat([transform(frames) for frames in clips])
+        for taken, clip in enumerate(clips, start=1):
+            if index > skip or taken > drop:
+                yield TrainClip(clip, int(meta["label"]), str(meta["key"]), worker, index, taken)
 
 
 def _eval_views(
@@ -163,9 +141,11 @@ def _eval_views(
         yield views, int(meta["label"]), str(meta["key"])
 
 
-def _collate_train(batch: list[tuple[torch.Tensor, int]]) -> TrainBatch:
-    clips, labels = zip(*batch, strict=True)
-    return torch.stack(clips), torch.tensor(labels, dtype=torch.int64)
+def _collate_train(batch: list[TrainClip]) -> tuple[TrainBatch, TrainClip]:
+    """The batch, and its last clip's place (where its worker's stream stands after it)."""
+    clips = torch.stack([item.clip for item in batch])
+    labels = torch.tensor([item.label for item in batch], dtype=torch.int64)
+    return TrainBatch(clips, labels, [item.key for item in batch]), batch[-1]._replace(clip=torch.empty(0))
 
 
 def _collate_eval(batch: list[tuple[torch.Tensor, int, str]]) -> EvalBatch:
@@ -197,44 +177,98 @@ def _check_shards(manifest: Manifest, shards_dir: Location) -> None:
 
 
 class TrainLoader:
-    """One epoch of training batches per iteration; the next iteration is the next epoch."""
+    """One epoch of training batches per iteration; the next iteration is the next epoch. An
+    iteration left part-way continues from there: `state_dict` is where the rank is in the epoch
+    (`vidtx.data.position`), which `load_state_dict` restores exactly."""
 
     def __init__(self, cfg: DataConfig, batch_size: int, seed: int, epoch: int) -> None:
-        self.cfg, self.batch_size, self.seed, self.epoch = cfg, batch_size, seed, epoch
+        self.cfg, self.batch_size, self.seed = cfg, batch_size, seed
         self.manifest = load_manifest(cfg.shards, cfg.train_split)
         _check_shards(self.manifest, cfg.shards)
         # Resolved here, in the training process: DataLoader workers see no torch.distributed group.
         self.rank, self.world_size, _, _ = wds.utils.pytorch_worker_info()
         self.batches_per_epoch = math.ceil(self.manifest.num_samples / self.world_size / batch_size)
+        self.stream = StreamSettings(
+            world_size=self.world_size,
+            dataloader_workers=cfg.num_workers,
+            micro_batch_size=batch_size,
+            seed=seed,
+            shuffle_buffer=cfg.shuffle_buffer,
+            repeated_sampling=cfg.repeated_sampling,
+            split_samples=self.manifest.num_samples,
+        )
+        self.position = EpochPosition(epoch=epoch, stream=self.stream)
+
+    @property
+    def epoch(self) -> int:
+        return self.position.epoch
 
     def __len__(self) -> int:
         return self.batches_per_epoch
 
+    def state_dict(self) -> dict[str, Any]:
+        return self.position.model_dump(mode="json")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where `state` (a `state_dict`) was; a position taken with other settings cannot be
+        replayed: the next epoch starts instead (logged, naming the settings)."""
+        position = EpochPosition.model_validate(state)
+        if changes := self.stream.changes_from(position.stream):
+            log.warning(
+                "rank %d: the data stream of epoch %d cannot be replayed (%s): training goes on with epoch %d",
+                self.rank,
+                position.epoch,
+                changes,
+                position.epoch + 1,
+            )
+            position = EpochPosition(epoch=position.epoch + 1, stream=self.stream)
+        elif position.batches >= self.batches_per_epoch:  # taken at the end of its epoch
+            position = EpochPosition(epoch=position.epoch + 1, stream=self.stream)
+        self.position = position
+
     def __iter__(self) -> Iterator[TrainBatch]:
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        shards = epoch_shards(self.manifest.shard_urls(), self.seed, epoch, self.rank, self.world_size)
+        start = self.position
+        shards = epoch_shards(self.manifest.shard_urls(), self.seed, start.epoch, self.rank, self.world_size)
         log.info(
-            "rank %d/%d epoch %d reads shards %s",
+            "rank %d/%d epoch %d reads shards %s%s",
             self.rank,
             self.world_size,
-            epoch,
+            start.epoch,
             ",".join(name_of(url) for url in shards),
+            f" from batch {start.batches}" if start.batches else "",
         )
-        stream_seed = wds.utils.make_seed(self.seed, epoch, self.rank)
+        stream_seed = wds.utils.make_seed(self.seed, start.epoch, self.rank)
         ledger = PassLedger()
         dataset = wds.DataPipeline(
             CycledSamples(shards, stream_seed, self.rank, log_and_continue, ledger, shard_cache(self.cfg)),
-            wds.detshuffle(self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + epoch),
-            partial(_train_clips, cfg=self.cfg, seed=self.seed, epoch=epoch, rank=self.rank, ledger=ledger),
+            wds.detshuffle(
+                self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + start.epoch
+            ),
+            partial(_train_clips, cfg=self.cfg, seed=self.seed, rank=self.rank, ledger=ledger, start=start),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
         )
-        loader = _web_loader(dataset, self.cfg.num_workers).with_epoch(self.batches_per_epoch)
-        return iter(loader)
+        workers = max(1, self.cfg.num_workers)
+        batches = in_turn(
+            _web_loader(dataset, self.cfg.num_workers),
+            start.batches % workers,
+            workers,
+            lambda b: b[1].worker,
+        )
+        places = dict(enumerate(start.workers))
+        for taken, (batch, last) in enumerate(
+            itertools.islice(batches, self.batches_per_epoch - start.batches), start=start.batches + 1
+        ):
+            places[last.worker] = (last.sample, last.taken)
+            self.position = start.model_copy(
+                update={"batches": taken, "workers": [places.get(w, (0, 0)) for w in range(workers)]}
+            )
+            yield batch
+        self.position = EpochPosition(epoch=start.epoch + 1, stream=self.stream)
 
 
 def build_train_loader(cfg: DataConfig, *, batch_size: int, seed: int, epoch: int = 0) -> TrainLoader:
-    """Training batches (clips uint8 (B, T, H, W, C), labels int64 (B,)); one iteration is one epoch
-    of about num_samples / world_size clips for this rank."""
+    """Training batches (clips uint8 (B, T, H, W, C), labels int64 (B,), sample keys); one iteration
+    is one epoch of about num_samples / world_size clips for this rank."""
     return TrainLoader(cfg, batch_size, seed, epoch)
 
 

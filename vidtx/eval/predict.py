@@ -1,5 +1,5 @@
 """One video to class scores with evaluation's own steps: decode at the crop's short side, the
-multi-view test protocol (`vidtx.data.loader.test_views`), the one normalisation, the model.
+multi-view test protocol (`vidtx.data.video.test_views`), the one normalisation, the model.
 
 `vidtx.eval.evaluate` runs the same `view_logits` on a shard's views and the served model
 (`vidtx.serving`) on the videos it is sent, so the two agree for the same encoded video.
@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import open_encoded, test_views
 from vidtx.data.transforms import normalize_clips
+from vidtx.data.video import open_encoded, test_views
 from vidtx.media.decode import probe_video
 
 

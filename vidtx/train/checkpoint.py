@@ -42,9 +42,12 @@ class TrainState:
     """What the loop needs besides model/optimizer/scheduler to continue where it stopped."""
 
     step: int = 0  # optimizer steps completed
-    epoch: int = 0  # data epochs started (a resumed run draws a fresh, seeded stream)
+    epoch: int = 0  # the data epoch under way
     samples_seen: int = 0  # clips over all ranks
     best_top1: float = -1.0
+    # each rank's place in its epoch (`TrainLoader.state_dict`, by rank): a resumed run's loaders go
+    # on from there; a checkpoint without them (older vidtx) resumes with the next epoch
+    data: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def save_and_report(

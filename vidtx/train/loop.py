@@ -17,7 +17,7 @@ import ray.train
 import torch
 import torch.distributed as dist
 
-from vidtx.data.loader import build_train_loader
+from vidtx.data.loader import TrainBatch, build_train_loader
 from vidtx.data.transforms import normalize_clips
 from vidtx.manifest import load_manifest
 from vidtx.model_factory import model_for
@@ -30,6 +30,7 @@ from vidtx.train.engine import build_engine
 from vidtx.train.loss import BatchMix, classification_loss, mix_batch
 from vidtx.train.payload import WorkerPayload
 from vidtx.train.profiling import StepProfiler
+from vidtx.train.sample_log import SampleLog
 from vidtx.train.starting_weights import StartReport, start_from
 from vidtx.train.throughput import ThroughputMeter, format_duration
 from vidtx.train.validation import validate
@@ -71,13 +72,15 @@ class WorkerTrainer:
 
         restored = restore(self.engine, self.ema)
         self.state = restored or TrainState()
+        self.loader = build_train_loader(data, batch_size=train.micro_batch_size, seed=train.seed)
         if restored:
-            self.state.epoch += 1  # a fresh (seeded) data stream instead of replaying the last one
-            logger.info("rank %d resumed at step %d", self.rank, self.state.step)
+            self._resume_data()
+            logger.info("rank %d resumed at step %d, epoch %d", self.rank, self.state.step, self.loader.epoch)
         torch.manual_seed(train.seed + 1000 * self.rank + self.state.step)  # dropout / drop path
         self.rng = np.random.default_rng([train.seed, self.rank, self.state.step])  # batch mixing
         self.mix = BatchMix.from_config(train)
         self.metrics = RankZeroMetrics(self.rank, payload.tracking_uri, payload.mlflow_run_id)
+        self.sample_log = SampleLog(train.sample_log, self.rank)
         if not restored:  # what the run trains, logged once
             self.metrics.log_text(built.groups_table, "param_groups.md")
             if started is not None:
@@ -108,19 +111,37 @@ class WorkerTrainer:
 
     # ----------------------------------------------------------------------------------------------
 
-    def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """Training batches across epochs; each epoch is a new seeded resampled stream."""
-        train = self.cfg.train
+    def _resume_data(self) -> None:
+        """The loader goes on from this rank's place in the checkpoint's epoch; a checkpoint of a
+        different world size, or of a vidtx that kept no place, resumes with the next epoch."""
+        if self.rank < len(self.state.data) and len(self.state.data) == self.world_size:
+            self.loader.load_state_dict(self.state.data[self.rank])
+            return
+        logger.warning(
+            "rank %d: the checkpoint keeps no place in epoch %d for %d ranks (it has %d): going on with epoch %d",
+            self.rank,
+            self.state.epoch,
+            self.world_size,
+            len(self.state.data),
+            self.state.epoch + 1,
+        )
+        self.loader.position = self.loader.position.model_copy(update={"epoch": self.state.epoch + 1})
+
+    def _batches(self) -> Iterator[TrainBatch]:
+        """Training batches across epochs, from where the loader stands."""
         while True:
             empty = True
-            for batch in build_train_loader(
-                self.cfg.data, batch_size=train.micro_batch_size, seed=train.seed, epoch=self.state.epoch
-            ):
+            for batch in self.loader:
                 empty = False
                 yield batch
             if empty:
                 raise RuntimeError(f"no training clips could be loaded from {self.cfg.data.shards}")
-            self.state.epoch += 1
+
+    def _data_places(self) -> list[dict[str, Any]]:
+        """Collective: every rank's place in its epoch, by rank (what a checkpoint keeps)."""
+        places: list[Any] = [None] * self.world_size
+        dist.all_gather_object(places, self.loader.state_dict())
+        return places
 
     def _to_model(self, clips: torch.Tensor) -> torch.Tensor:
         """uint8 clips (B, T, H, W, C) from the loader -> normalised (B, C, T, H, W) on the device."""
@@ -162,8 +183,9 @@ class WorkerTrainer:
                 self.profiler.step_starts(self.state.step + 1)
                 for _ in range(train.gradient_accumulation_steps):
                     asked = time.perf_counter()
-                    clips, labels = next(batches)
+                    clips, labels, keys = next(batches)
                     self.meter.waited(time.perf_counter() - asked)
+                    self.sample_log.write(self.state.step + 1, keys)
                     losses.append(self._micro_step(clips, labels))
                 if self.ema is not None:
                     self.ema.update()
@@ -183,11 +205,13 @@ class WorkerTrainer:
                     report |= self._validate_and_log(step)
                 if is_checkpoint:
                     self.state.best_top1 = max(self.state.best_top1, report.get("val_top1", -1.0))
+                    self.state.epoch, self.state.data = self.loader.epoch, self._data_places()
                     save_and_report(
                         self.engine, self.state, report, self.class_names, self.group_names, self.ema
                     )
         finally:
             self.metrics.close()
+            self.sample_log.close()
 
     def _validate_and_log(self, step: int) -> dict[str, float]:
         """Validate the weights and their average (if kept), log both, and return what a checkpoint
@@ -225,7 +249,7 @@ class WorkerTrainer:
             "train/lr": self.engine.get_lr()[0],
             "train/clips_per_second": rates["clips_per_second"],
             "train/samples_seen": float(self.state.samples_seen),
-            "train/epoch": float(self.state.epoch),
+            "train/epoch": float(self.loader.epoch),
         }
         if (grad_norm := self.engine.get_global_grad_norm()) is not None:
             metrics["train/grad_norm"] = float(grad_norm)
