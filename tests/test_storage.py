@@ -18,7 +18,7 @@ import torch
 
 from infra.local.s3_server import create_user, free_port, requests, s3_server
 from vidtx import storage
-from vidtx.cache import ShardCache
+from vidtx.cache import ShardCache, is_cached_tar
 from vidtx.config import DataConfig, ShardConfig
 from vidtx.data.loader import build_eval_loader, build_train_loader
 from vidtx.locations import join, location, name_of, parent_of
@@ -269,12 +269,12 @@ def test_a_cache_folder_keeps_the_shards_read_from_a_bucket_within_its_limit(
         assert all(torch.equal(a[0], b[0]) for a, b in zip(batches, reference, strict=True))
         tar_gets = [r for r in requests(s3_log, mark) if r.startswith("GET") and r.endswith(".tar")]
         assert len(tar_gets) == (len(remote.shards) if pass_index == 0 else 0)
-    cached = sorted(p.name.split("-", 1)[1] for p in cache.iterdir())
+    cached = sorted(p.name.split("-", 1)[1] for p in cache.iterdir() if is_cached_tar(p))
     assert cached == [shard.name for shard in remote.shards]
     largest = max(shard.bytes for shard in remote.shards)
     limited = data.model_copy(update={"cache_gb": 1.5 * largest / 1e9, "cache_dir": tmp_path / "small"})
     list(build_eval_loader(limited, "val", batch_size=4))
-    kept = [p.stat().st_size for p in (tmp_path / "small").iterdir()]
+    kept = [p.stat().st_size for p in (tmp_path / "small").iterdir() if is_cached_tar(p)]
     assert 1 <= len(kept) < len(remote.shards)
     assert sum(kept) <= 1.5 * largest
 

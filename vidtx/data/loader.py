@@ -45,8 +45,8 @@ import torch
 import webdataset as wds
 
 from vidtx import storage
-from vidtx.cache import ShardCache
 from vidtx.config import DataConfig
+from vidtx.data.fetch_ahead import fetch_settings, shard_cache
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import CycledSamples, EvalSamples, PassLedger, epoch_shards
@@ -160,11 +160,6 @@ def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
     )
 
 
-def shard_cache(cfg: DataConfig) -> ShardCache | None:
-    """The local cache of shards read from a bucket that `cfg` asks for (`data.cache_dir`)."""
-    return ShardCache(cfg.cache_dir, int(cfg.cache_gb * 1e9)) if cfg.cache_dir is not None else None
-
-
 def _check_shards(manifest: Manifest, shards_dir: Location) -> None:
     """Warn about damaged shards (what can be read of them is still used); fail at once, naming the
     folder, when no shard file exists at all."""
@@ -240,7 +235,15 @@ class TrainLoader:
         stream_seed = wds.utils.make_seed(self.seed, start.epoch, self.rank)
         ledger = PassLedger()
         dataset = wds.DataPipeline(
-            CycledSamples(shards, stream_seed, self.rank, log_and_continue, ledger, shard_cache(self.cfg)),
+            CycledSamples(
+                shards,
+                stream_seed,
+                self.rank,
+                log_and_continue,
+                ledger,
+                shard_cache(self.cfg),
+                fetch_settings(self.cfg, self.manifest),
+            ),
             wds.detshuffle(
                 self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + start.epoch
             ),

@@ -24,8 +24,9 @@ import torch
 import webdataset as wds
 
 from vidtx.cache import ShardCache
+from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
 from vidtx.data.tar_reader import tar_samples
-from vidtx.locations import name_of, parent_of
+from vidtx.locations import is_remote, name_of, parent_of
 
 Handler = Callable[[Exception], bool]  # what a webdataset stage does with an error (True: go on)
 
@@ -98,9 +99,10 @@ class CycledSamples(torch.utils.data.IterableDataset):
         handler: Handler,
         ledger: PassLedger,
         cache: ShardCache | None = None,
+        fetch: FetchSettings | None = None,
     ) -> None:
         self.urls, self.seed, self.rank, self.handler, self.cache = urls, seed, rank, handler, cache
-        self.ledger = ledger
+        self.ledger, self.fetch = ledger, fetch
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         _, _, worker, num_workers = wds.utils.pytorch_worker_info()
@@ -111,15 +113,28 @@ class CycledSamples(torch.utils.data.IterableDataset):
             f"in {parent_of(mine[0])} (damaged: `vidtx inspect` checks them)"
         )
         rng = np.random.default_rng([self.seed, worker])
-        handler = self.handler
-        for number in itertools.count():
-            read = 0
-            order = ({"url": mine[i]} for i in rng.permutation(len(mine)))
-            for sample in tar_samples(order, handler, self.cache):
-                read += 1
-                yield sample | {"__pass__": number}
-            self.ledger.read(number, read, unreadable)
-            handler = _go_on
+        passes = ([mine[i] for i in rng.permutation(len(mine))] for _ in itertools.count())
+        fetcher = None
+        if self.cache is not None and self.fetch is not None and self.fetch.ahead and is_remote(mine[0]):
+            fetcher = FetchAhead(self.cache, self.fetch)
+        copies = fetcher or self.cache
+        handler, order = self.handler, next(passes)
+        if fetcher is not None:
+            fetcher.plan(order)
+        try:
+            for number in itertools.count():
+                following = next(passes)  # known a pass ahead: fetched ahead across the passes' seam
+                if fetcher is not None:
+                    fetcher.plan(following)
+                read = 0
+                for sample in tar_samples([{"url": url} for url in order], handler, copies):
+                    read += 1
+                    yield sample | {"__pass__": number}
+                self.ledger.read(number, read, unreadable)
+                handler, order = _go_on, following
+        finally:
+            if fetcher is not None:
+                fetcher.close()
 
 
 class EvalSamples(torch.utils.data.IterableDataset):

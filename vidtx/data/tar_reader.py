@@ -26,7 +26,7 @@ from typing import Any
 import webdataset as wds
 
 from vidtx import storage
-from vidtx.cache import ShardCache
+from vidtx.cache import LocalCopies
 from vidtx.locations import is_remote, join, name_of, parent_of
 from vidtx.manifest import FRAMES_MEMBER, MemberIndex, index_name
 from vidtx.media.decode import VideoDecodeError
@@ -57,7 +57,7 @@ class MemberRange:
             os.close(descriptor)
 
 
-def _members(url: str, cache: ShardCache | None = None) -> Iterator[dict[str, Any]]:
+def _members(url: str, cache: LocalCopies | None = None) -> Iterator[dict[str, Any]]:
     """{"fname", "data", "__url__"} for each regular member of the tar at `url`, then {} (end of tar);
     a tar in a bucket is read from its copy in `cache` when one is given.
 
@@ -122,7 +122,7 @@ def _key(name: str) -> str:
 
 
 def tar_members(
-    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool], cache: ShardCache | None = None
+    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool], cache: LocalCopies | None = None
 ) -> Iterator[dict[str, Any]]:
     """The members of every shard in `sources` ({"url": path} dicts, as webdataset's shard lists give
     them); an unreadable tar, or its unreadable end, goes to `handler` (True: go on with the next)."""
@@ -138,7 +138,7 @@ def tar_members(
 
 
 def tar_samples(
-    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool], cache: ShardCache | None = None
+    sources: Iterable[dict[str, Any]], handler: Callable[[Exception], bool], cache: LocalCopies | None = None
 ) -> Iterator[dict[str, Any]]:
     """Pipeline stage: shard urls -> samples ({"__key__", "__url__", "json", "mp4" or "frames", ...}).
     Use it as `functools.partial(tar_samples, handler=...)` (picklable for DataLoader workers)."""

@@ -1,0 +1,103 @@
+"""A TCP proxy that holds every HTTP request back for a fixed time: a bucket with a cloud's latency in
+front of the local S3 server, for the tests and benchmarks of reading from a bucket.
+
+The local server answers in microseconds, so it shows neither what a loader loses waiting on a
+bucket 20-50 ms away (as a cloud bucket in the same region is, to its first byte) nor what fetching
+ahead wins back. This proxy forwards bytes both ways unchanged and waits `delay` seconds before
+forwarding each request: the first bytes a client sends after the previous response began (or on a
+new connection). What it cannot show: bandwidth limits and their variation (loopback is not a
+network), a cloud's per-prefix request rates, throttling (503 SlowDown), and the tail of a real
+bucket's latency (every request here waits the same); and the S3 server behind it still caps the
+request rate with its own CPU (about 75 requests/s on this machine), so measure with reads large
+enough that the request rate is not the limit.
+
+`python -m infra.local.latency_proxy LISTEN_PORT UPSTREAM_PORT DELAY_MS` runs one in the foreground.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+CHUNK = 1 << 18
+
+
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, before: Callable[[], Awaitable[None]]
+) -> None:
+    try:
+        while data := await reader.read(CHUNK):
+            await before()
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+async def _serve(listen_port: int, upstream_port: int, delay: float) -> None:
+    async def connection(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
+        awaiting_request = True  # the next bytes from the client begin a request
+
+        async def request_bytes() -> None:
+            nonlocal awaiting_request
+            if awaiting_request:
+                awaiting_request = False
+                await asyncio.sleep(delay)
+
+        async def response_bytes() -> None:
+            nonlocal awaiting_request
+            awaiting_request = True
+
+        await asyncio.gather(
+            _pipe(client_reader, upstream_writer, request_bytes),
+            _pipe(upstream_reader, client_writer, response_bytes),
+        )
+
+    server = await asyncio.start_server(connection, "127.0.0.1", listen_port)
+    async with server:
+        await server.serve_forever()
+
+
+@contextlib.contextmanager
+def latency_proxy(listen_port: int, upstream_port: int, delay_ms: float) -> Iterator[str]:
+    """The proxy on 127.0.0.1:`listen_port` for the block, in a process of its own (its CPU is not
+    the measured process's); yields its endpoint URL."""
+    proxy = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infra.local.latency_proxy",
+            str(listen_port),
+            str(upstream_port),
+            str(delay_ms),
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", listen_port), timeout=1),
+            ):
+                break
+            if proxy.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the latency proxy did not start on 127.0.0.1:{listen_port}")
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{listen_port}"
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    listen, upstream, delay_ms = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(listen, upstream, delay_ms / 1000))
