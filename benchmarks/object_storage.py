@@ -81,7 +81,7 @@ def epoch(shards: Location, sampling: str, cache_dir: Path | None = None) -> tup
     loader = build_train_loader(cfg, batch_size=4, seed=0)
     with torch_threads(1):
         wall, cpu = time.perf_counter(), time.process_time()
-        clips = sum(len(clips) for clips, _ in loader)
+        clips = sum(len(batch.clips) for batch in loader)
         return clips, time.perf_counter() - wall, time.process_time() - cpu
 
 

@@ -112,6 +112,11 @@ class LocalCluster:
             "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             "RAY_AUTH_MODE": "disabled",
+            # A node whose processes are gone is declared dead after 3 failed health checks 1 s apart
+            # (Ray's defaults: 5, 3 s apart, so about 15 s of waiting in every node-loss test); a node
+            # that is alive but busy still has each check's 10-s timeout.
+            "RAY_health_check_period_ms": "1000",
+            "RAY_health_check_failure_threshold": "3",
         }
         env.pop("RAY_ADDRESS", None)
         with log.open("wb") as out:

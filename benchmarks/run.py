@@ -32,6 +32,7 @@ BENCHMARKS = [
     "reencode_settings",
     "frames_store",
     "object_storage",
+    "bucket_latency",
     "storage_clients",
     "sharding",
     "shard_ray",

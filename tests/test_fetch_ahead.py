@@ -19,6 +19,8 @@ from vidtx.data.shares import epoch_shards
 from vidtx.locations import location, name_of
 from vidtx.manifest import load_manifest
 
+pytestmark = pytest.mark.slow
+
 PART = 8192  # bytes per ranged GET: several for each of the session's small shards
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import subprocess
 import threading
 import time
@@ -19,7 +20,8 @@ import psutil
 import pytest
 
 from benchmarks.ray_nodes import LocalCluster, head_and_node_b
-from infra.local.s3_server import requests
+from infra.local.latency_proxy import latency_proxy
+from infra.local.s3_server import free_port, requests
 from vidtx import storage
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig
 from vidtx.manifest import load_manifest
@@ -45,12 +47,11 @@ def running_task(process: psutil.Process) -> str:
     return ""
 
 
-def lose_node_b_mid_task(cluster: LocalCluster, lost: dict[str, int]) -> None:
+def lose_node_b_mid_task(cluster: LocalCluster, lost: dict[str, int], job_over: threading.Event) -> None:
     """Wait until a Ray worker of node_b runs `write_shard`, then kill every process of node_b at
-    once (the machine is gone)."""
+    once (the machine is gone); give up when the job is over."""
     (node_b,) = [node for node in cluster.nodes if node.name == "node_b"]
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+    while not job_over.is_set():
         writers = [p for p in node_b.tree() if running_task(p) == "write_shard"]
         if writers:
             lost["writer"] = writers[0].pid
@@ -65,6 +66,7 @@ def test_a_node_lost_mid_job_costs_nothing_and_every_shard_is_written_once(
     s3_log: Path,
     tmp_path: Path,
     vidtx: Callable[..., subprocess.CompletedProcess[str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dataset = generate_dataset(
         SynthConfig(output=tmp_path / "videos", videos_per_class={"train": 4}, classes=["moving_up", "moving_down"],
@@ -80,14 +82,22 @@ def test_a_node_lost_mid_job_costs_nothing_and_every_shard_is_written_once(
         cpus_per_task=1,
     )
     lost: dict[str, int] = {}
-    killer = threading.Thread(target=lose_node_b_mid_task, args=(cluster, lost), daemon=True)
+    job_over = threading.Event()
+    killer = threading.Thread(target=lose_node_b_mid_task, args=(cluster, lost, job_over), daemon=True)
     since = s3_log.stat().st_size
     killer.start()
-    # `vidtx shard` in a process of its own: this one may hold the session's local Ray already
+    # `vidtx shard` in a process of its own (this one may hold the session's local Ray already),
+    # reaching the bucket through a proxy that holds each request back: a task of these tiny videos
+    # takes a few milliseconds, too short to be seen and killed; uploading its tar now takes a few
+    # requests of 200 ms, during which node_b dies with it in hand (was: a race the killer lost by chance)
     sets = [f"shard.{name}={value}" for name, value in
             {"max_samples_per_shard": 1, "reencode.short_side": 32, "executor": "ray",
              "ray_address": config.ray_address, "cpus_per_task": 1}.items()]  # fmt: skip
-    done = vidtx("shard", str(dataset), config.output, *(f"--set={item}" for item in sets))
+    server_port = int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    with latency_proxy(free_port(), server_port, 200) as slow_bucket, monkeypatch.context() as env:
+        env.setenv("AWS_ENDPOINT_URL", slow_bucket)
+        done = vidtx("shard", str(dataset), config.output, *(f"--set={item}" for item in sets))
+    job_over.set()
     killer.join()
     assert lost, "no shard task ran on node_b"
     assert not psutil.pid_exists(lost["writer"])  # node_b died with a shard in hand

@@ -1,0 +1,182 @@
+"""Issue 47: the training loader reading a bucket 20 and 50 ms away, cache cold, against local disk.
+
+Data: the "10 s" videos of `benchmarks.data_loading` (synthetic 10-s 640x360 30-fps, Kinetics-like
+length), one video per shard, sharded into a bucket of a local S3 server (moto's server mode on
+127.0.0.1) and onto local disk as both stores: re-encoded video (short side 256) and frames (JPEG,
+short side 256). The bucket is read through `infra/local/latency_proxy.py`, which holds every request
+back 20 or 50 ms (a cloud bucket's first-byte latency in its region), with a cold cache
+(`data.cache_dir` empty at the start of each epoch): with fetch-ahead (the defaults of
+`data.fetch_ahead`, `fetch_requests`, `fetch_part_mb`) and without (`data.fetch_ahead: 0`: each
+shard fetched when its read starts, as one stream). Loader: `build_train_loader` at 8x224, segment
+sampling, the default augmentation, a shuffle buffer of 2 (small beside the epoch, as a real one is
+beside a real epoch), in process (no DataLoader worker), one epoch per measurement. CPU time is this
+process's (`time.process_time`: the loader and the fetcher's threads), not the S3 server's or the
+proxy's, which share the machine's 2 cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from unittest import mock
+
+from benchmarks.data_loading import LOADER
+from benchmarks.object_storage import s3_environment
+from benchmarks.results import BenchmarkResult, Table, fmt
+from benchmarks.timing import Samples, interleaved, round_ratios, torch_threads
+from benchmarks.videos import shard_store, write_busy_videos, write_copies
+from infra.local.latency_proxy import latency_proxy
+from infra.local.s3_server import create_bucket, free_port, requests, s3_server
+from vidtx.data.loader import build_train_loader
+from vidtx.locations import Location
+from vidtx.manifest import load_manifest
+
+log = logging.getLogger(__name__)
+
+STORES = ("re-encoded", "frames")
+DELAYS_MS = (20, 50)
+FRAMES = 8
+
+
+def epoch(
+    shards: Location, cache_dir: Path | None, fetch_ahead: int | None = None
+) -> tuple[int, float, float]:
+    """(clips, wall seconds, CPU seconds of this process) of one training epoch from `shards`."""
+    update = {
+        "shards": shards,
+        "num_frames": FRAMES,
+        "num_workers": 0,
+        "shuffle_buffer": 2,
+        "cache_dir": cache_dir,
+    }
+    if fetch_ahead is not None:
+        update["fetch_ahead"] = fetch_ahead
+    loader = build_train_loader(LOADER.model_copy(update=update), batch_size=4, seed=0)
+    with torch_threads(1):
+        wall, cpu = time.perf_counter(), time.process_time()
+        clips = sum(len(batch.clips) for batch in loader)
+        return clips, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
+    copies, rounds = (2, 1) if quick else (6, 3)
+    with tempfile.TemporaryDirectory(prefix="vidtx-bench-latency-") as tmp:
+        work = Path(tmp)
+        videos = write_copies(write_busy_videos(work / "distinct", 4), work / "busy" / "busy", copies)
+        log.info("bucket latency: %d videos, one per shard", len(videos))
+        port = free_port()
+        with mock.patch.dict(os.environ, s3_environment(port)), s3_server(port, work / "s3.log") as endpoint:
+            bucket = create_bucket(endpoint, "bench")
+            shards = {
+                (store, where): shard_store(work / "busy", target, store, max_samples_per_shard=1)
+                for store in STORES
+                for where, target in (("disk", work / "shards" / store), ("bucket", f"{bucket}/{store}"))
+            }
+            proxies = {delay: free_port() for delay in DELAYS_MS}
+            seconds: dict[str, list[float]] = {}
+            traffic: dict[str, dict[str, float]] = {}
+
+            def measure(store: str, case: str) -> float:
+                """One epoch of `case` ("disk" or "<delay> ms[, no fetch-ahead]"); its CPU s / clip."""
+                if case == "disk":
+                    clips, wall, cpu = epoch(shards[(store, "disk")], None)
+                else:
+                    delay, fetch_ahead = int(case.split()[0]), 0 if "no fetch-ahead" in case else None
+                    cache = work / "cache" / store
+                    shutil.rmtree(cache, ignore_errors=True)  # cold
+                    mark = (work / "s3.log").stat().st_size
+                    proxied = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxies[delay]}"}
+                    with mock.patch.dict(os.environ, proxied):
+                        clips, wall, cpu = epoch(shards[(store, "bucket")], cache, fetch_ahead)
+                    made = requests(work / "s3.log", mark)
+                    traffic[f"{store}|{case}"] = {
+                        "requests": len(made) / clips,
+                        "bytes": sum(f.stat().st_size for f in cache.iterdir() if f.suffix == ".tar") / clips,
+                    }
+                seconds.setdefault(f"{store}|{case}", []).append(wall / clips)
+                return cpu / clips
+
+            cases = ["disk", *(f"{delay} ms" for delay in DELAYS_MS), f"{DELAYS_MS[-1]} ms, no fetch-ahead"]
+            with contextlib.ExitStack() as running:
+                for delay, proxy_port in proxies.items():
+                    running.enter_context(latency_proxy(proxy_port, port, delay))
+                cpu = interleaved(
+                    {f"{store}|{case}": partial(measure, store, case) for store in STORES for case in cases},
+                    rounds,
+                )
+            manifest_bytes = {
+                store: sum(s.bytes for s in load_manifest(shards[(store, "disk")], "train").shards)
+                for store in STORES
+            }
+    wall = {key: Samples(tuple(values)) for key, values in seconds.items()}
+    return BenchmarkResult(
+        name="bucket_latency",
+        title="A bucket with latency: the loader from a cold cache, with and without fetch-ahead, against local disk",
+        summary=" ".join(__doc__.split("\n\n", 1)[1].split())
+        + f" Medians of {rounds} interleaved rounds; {len(videos)} videos ({copies} copies of 4).",
+        inputs={
+            "stores": STORES,
+            "delays_ms": DELAYS_MS,
+            "frames": FRAMES,
+            "videos": len(videos),
+            "shard_bytes": manifest_bytes,
+        },
+        tables=tables(cases, cpu, wall, traffic),
+        raw={"cpu_seconds_per_clip": cpu, "wall_seconds_per_clip": wall, "traffic_per_clip": traffic},
+        notes=notes(cases, cpu, wall),
+        quick=quick,
+    )
+
+
+def tables(
+    cases: list[str], cpu: dict[str, Samples], wall: dict[str, Samples], traffic: dict[str, dict[str, float]]
+) -> list[Table]:
+    rows = []
+    for store in STORES:
+        disk = wall[f"{store}|disk"]
+        for case in cases:
+            key = f"{store}|{case}"
+            per_clip = traffic.get(key, {})
+            rows.append(
+                [
+                    store,
+                    case,
+                    fmt(1 / wall[key].median),
+                    "1" if case == "disk" else fmt(round_ratios(disk, wall[key]).median, 2),
+                    fmt(cpu[key].median * 1e3),
+                    fmt(per_clip["requests"], 2) if per_clip else "",
+                    fmt(per_clip["bytes"] / 1e6, 2) if per_clip else "",
+                ]
+            )
+    return [
+        Table(
+            "Loader at 8x224, one core, in process: local disk against a bucket 20 and 50 ms away, cache cold",
+            ["store", "read from", "clips/s", "÷ disk", "CPU ms / clip", "requests / clip", "MB / clip"],
+            rows,
+        )
+    ]
+
+
+def notes(cases: list[str], cpu: dict[str, Samples], wall: dict[str, Samples]) -> list[str]:
+    lines = []
+    for store in STORES:
+        disk = wall[f"{store}|disk"]
+        ratios = {
+            case: round_ratios(disk, wall[f"{store}|{case}"]).median for case in cases if case != "disk"
+        }
+        fetcher = round_ratios(cpu[f"{store}|{DELAYS_MS[-1]} ms"], cpu[f"{store}|disk"]).median
+        lines.append(
+            f"{store}: from the bucket with fetch-ahead "
+            + ", ".join(
+                f"{fmt(ratios[f'{delay} ms'], 2)}x disk's clips/s at {delay} ms" for delay in DELAYS_MS
+            )
+            + f" (without: {fmt(ratios[cases[-1]], 2)}x at {DELAYS_MS[-1]} ms); the loader and its fetcher take "
+            f"{fmt(fetcher, 2)}x disk's CPU per clip."
+        )
+    return lines
