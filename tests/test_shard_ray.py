@@ -89,12 +89,12 @@ def test_a_node_lost_mid_job_costs_nothing_and_every_shard_is_written_once(
     # `vidtx shard` in a process of its own (this one may hold the session's local Ray already),
     # reaching the bucket through a proxy that holds each request back: a task of these tiny videos
     # takes a few milliseconds, too short to be seen and killed; uploading its tar now takes a few
-    # requests of 200 ms, during which node_b dies with it in hand (was: a race the killer lost by chance)
+    # requests of 100 ms, during which node_b dies with it in hand (was: a race the killer lost by chance)
     sets = [f"shard.{name}={value}" for name, value in
             {"max_samples_per_shard": 1, "reencode.short_side": 32, "executor": "ray",
              "ray_address": config.ray_address, "cpus_per_task": 1}.items()]  # fmt: skip
     server_port = int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
-    with latency_proxy(free_port(), server_port, 200) as slow_bucket, monkeypatch.context() as env:
+    with latency_proxy(free_port(), server_port, 100) as slow_bucket, monkeypatch.context() as env:
         env.setenv("AWS_ENDPOINT_URL", slow_bucket)
         done = vidtx("shard", str(dataset), config.output, *(f"--set={item}" for item in sets))
     job_over.set()

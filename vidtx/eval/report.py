@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from pathlib import Path
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING
 
 from vidtx.eval.evaluate import EvalResult
 from vidtx.eval.metrics import ClassificationMetrics
 from vidtx.markdown import markdown_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def render_results(result: EvalResult) -> str:
@@ -32,6 +34,8 @@ def render_results(result: EvalResult) -> str:
 
 def confusion_figure(metrics: ClassificationMetrics, class_names: Sequence[str], title: str = "") -> Figure:
     """Row-normalised confusion matrix (rows: true class) with counts in the cells."""
+    from matplotlib.figure import Figure  # imported when drawn: a training worker never draws one
+
     size = max(4.0, 0.45 * len(class_names) + 2.0)
     figure = Figure(figsize=(size, size * 0.9), layout="constrained")
     axes = figure.add_subplot()

@@ -61,9 +61,12 @@ class WorkerTrainer:
         model = model_for(self.cfg, num_classes=len(self.class_names))
         started = self._start_from(model) if self.cfg.model.init_from else None
         self.num_classes = model.num_classes
-        # Counted before DeepSpeed wraps the model (ZeRO-3 partitions the parameters).
-        # Forward + backward = 3 forwards; a MAC is 2 FLOPs.
-        flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
+        # For MFU only, where a peak is given: counted before DeepSpeed wraps the model (ZeRO-3
+        # partitions the parameters). Forward + backward = 3 forwards; a MAC is 2 FLOPs.
+        peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
+        flops = None
+        if peak is not None:
+            flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
         built = build_engine(model, train)
         self.engine, self.group_names = built.engine, built.group_names
         self.ema = WeightAverage(self.engine.module, train.ema) if train.ema else None
@@ -89,7 +92,6 @@ class WorkerTrainer:
             logger.info("parameter groups:\n%s", built.groups_table)
         if restored:
             self.metrics.log_always({"train/resumed_from_step": float(self.state.step)}, self.state.step)
-        peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
         self.meter = ThroughputMeter(self.world_size, flops, peak)
         self.profiler = StepProfiler(
             train.profile_steps, self.rank == 0, lambda folder: self.metrics.log_artifacts(folder, "profile")
