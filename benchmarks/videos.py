@@ -75,10 +75,10 @@ def write_busy_videos(folder: Path, count: int, fps: int = 30) -> list[Path]:
 
 def shard_store(source: Path, output: Path, store: str, processes: int = 2, **fields: Any) -> Path:
     """`vidtx shard` of a folder-per-class dataset into `output` as `store` (a key of STORES), with
-    `fields` of ShardConfig on top; returns `output`."""
+    `fields` of ShardConfig on top (8 samples per shard unless they say); returns `output`."""
     cfg = ShardConfig(
-        source=source, format="folder", output=output, processes=processes, max_samples_per_shard=8,
-        **(STORES[store] | fields),
+        source=source, format="folder", output=output, processes=processes,
+        **({"max_samples_per_shard": 8} | STORES[store] | fields),
     )  # fmt: skip
     shard_dataset(cfg)
     return output

@@ -214,15 +214,15 @@ class DataConfig(StrictModel):
         50.0, gt=0, description="Most gigabytes cache_dir holds (least recently used go)."
     )
     fetch_ahead: int = Field(
-        2,
+        8,
         ge=0,
         description="With cache_dir: shards of a bucket each DataLoader worker fetches ahead of the one it "
         "reads, within its share of cache_gb (0: a shard is fetched when its read starts).",
     )
     fetch_requests: int = Field(
-        8, ge=1, description="Ranged GETs in flight per DataLoader worker fetching ahead."
+        16, ge=1, description="Ranged GETs in flight per DataLoader worker fetching ahead."
     )
-    fetch_part_mb: float = Field(8.0, gt=0, description="Megabytes per ranged GET of a shard fetched ahead.")
+    fetch_part_mb: float = Field(4.0, gt=0, description="Megabytes per ranged GET of a shard fetched ahead.")
     repeated_sampling: int = Field(1, ge=1, description="Clips drawn from one decoded video.")
 
     @field_validator("crop_size")
