@@ -133,7 +133,9 @@ def hello():
 
 with ray_session(num_cpus=1, include_dashboard=False):
     ray.get(hello.remote())
-    time.sleep(3)  # the driver receives worker output asynchronously
+    deadline = time.monotonic() + 60  # the driver receives worker output asynchronously
+    while "hello from a ray worker" not in Path(sys.argv[1]).read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
 """
     console = run(tmp_path / "run.log", "default", code)
     assert "hello from a ray worker" not in console

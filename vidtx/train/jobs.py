@@ -184,8 +184,8 @@ def _wait(client: JobSubmissionClient, job_id: str, echo: bool) -> str:
                     sys.stdout.flush()
 
             asyncio.run(tail())
-        while not client.get_job_status(job_id).is_terminal():
-            time.sleep(2.0)
+        while not client.get_job_status(job_id).is_terminal():  # its logs can end before its status
+            time.sleep(0.5)
     except BaseException as err:
         if stopped_from_outside(err):
             logger.info("stopping Ray Job %s", job_id)
