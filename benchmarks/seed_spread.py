@@ -63,12 +63,12 @@ class PairedDifference:
 
     @property
     def interval(self) -> tuple[float, float]:
-        from scipy.stats import t
+        from scipy.special import stdtrit  # Student's t quantile (scipy.stats' t.ppf, far less to import)
 
         count = len(self.differences)
         if count < 2:
             return (-math.inf, math.inf)
-        half = t.ppf(0.975, count - 1) * statistics.stdev(self.differences) / math.sqrt(count)
+        half = stdtrit(count - 1, 0.975) * statistics.stdev(self.differences) / math.sqrt(count)
         return (self.mean - half, self.mean + half)
 
     def verdict(self, margin: float) -> str:
