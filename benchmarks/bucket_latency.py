@@ -21,20 +21,16 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 from unittest import mock
 
-from benchmarks.data_loading import LOADER
-from benchmarks.object_storage import s3_environment
+from benchmarks.object_storage import epoch, s3_environment
 from benchmarks.results import BenchmarkResult, Table, fmt
-from benchmarks.timing import Samples, interleaved, round_ratios, torch_threads
+from benchmarks.timing import Samples, interleaved, round_ratios
 from benchmarks.videos import shard_store, write_busy_videos, write_copies
 from infra.local.latency_proxy import latency_proxy
 from infra.local.s3_server import create_bucket, free_port, requests, s3_server
-from vidtx.data.loader import build_train_loader
-from vidtx.locations import Location
 from vidtx.manifest import load_manifest
 
 log = logging.getLogger(__name__)
@@ -42,26 +38,6 @@ log = logging.getLogger(__name__)
 STORES = ("re-encoded", "frames")
 DELAYS_MS = (20, 50)
 FRAMES = 8
-
-
-def epoch(
-    shards: Location, cache_dir: Path | None, fetch_ahead: int | None = None
-) -> tuple[int, float, float]:
-    """(clips, wall seconds, CPU seconds of this process) of one training epoch from `shards`."""
-    update = {
-        "shards": shards,
-        "num_frames": FRAMES,
-        "num_workers": 0,
-        "shuffle_buffer": 2,
-        "cache_dir": cache_dir,
-    }
-    if fetch_ahead is not None:
-        update["fetch_ahead"] = fetch_ahead
-    loader = build_train_loader(LOADER.model_copy(update=update), batch_size=4, seed=0)
-    with torch_threads(1):
-        wall, cpu = time.perf_counter(), time.process_time()
-        clips = sum(len(batch.clips) for batch in loader)
-        return clips, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
@@ -85,15 +61,18 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
             def measure(store: str, case: str) -> float:
                 """One epoch of `case` ("disk" or "<delay> ms[, no fetch-ahead]"); its CPU s / clip."""
                 if case == "disk":
-                    clips, wall, cpu = epoch(shards[(store, "disk")], None)
+                    clips, wall, cpu = epoch(shards[(store, "disk")], shuffle_buffer=2)
                 else:
-                    delay, fetch_ahead = int(case.split()[0]), 0 if "no fetch-ahead" in case else None
+                    delay = int(case.split()[0])
+                    fetching = {"fetch_ahead": 0} if "no fetch-ahead" in case else {}
                     cache = work / "cache" / store
                     shutil.rmtree(cache, ignore_errors=True)  # cold
                     mark = (work / "s3.log").stat().st_size
                     proxied = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxies[delay]}"}
                     with mock.patch.dict(os.environ, proxied):
-                        clips, wall, cpu = epoch(shards[(store, "bucket")], cache, fetch_ahead)
+                        clips, wall, cpu = epoch(
+                            shards[(store, "bucket")], shuffle_buffer=2, cache_dir=cache, **fetching
+                        )
                     made = requests(work / "s3.log", mark)
                     traffic[f"{store}|{case}"] = {
                         "requests": len(made) / clips,

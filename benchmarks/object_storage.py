@@ -27,7 +27,7 @@ from benchmarks.timing import Samples, interleaved, round_ratios, torch_threads
 from benchmarks.videos import shard_store, write_busy_videos, write_copies
 from infra.local.s3_server import create_bucket, free_port, requests, s3_server
 from vidtx import storage
-from vidtx.data.loader import build_train_loader
+from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import Location
 from vidtx.manifest import load_manifest
 
@@ -73,11 +73,10 @@ class ReadCounter:
         storage.read_range, storage.open_input = self._read_range, self._open_input
 
 
-def epoch(shards: Location, sampling: str, cache_dir: Path | None = None) -> tuple[int, float, float]:
-    """(clips, wall seconds, CPU seconds of this process) of one training epoch from `shards`."""
-    update = {"shards": shards, "num_frames": FRAMES, "num_workers": 0, "sampling": sampling}
-    update["cache_dir"] = cache_dir
-    cfg = LOADER.model_copy(update=update)
+def epoch(shards: Location, **data: object) -> tuple[int, float, float]:
+    """(clips, wall seconds, CPU seconds of this process) of one training epoch from `shards`, read in
+    this process with the `data` fields (of DataConfig) over the benchmarks' loader settings."""
+    cfg = LOADER.model_copy(update={"shards": shards, "num_frames": FRAMES, "num_workers": 0, **data})
     loader = build_train_loader(cfg, batch_size=4, seed=0)
     with torch_threads(1):
         wall, cpu = time.perf_counter(), time.process_time()
@@ -106,7 +105,7 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
             def measure(case: str, where: str) -> float:
                 store, sampling, cached = CASES[case]
                 cache = work / "cache" / case if cached and where == "bucket" else None
-                clips, wall, cpu = epoch(shards[(store, where)], sampling, cache)
+                clips, wall, cpu = epoch(shards[(store, where)], sampling=sampling, cache_dir=cache)
                 seconds.setdefault(f"{case}|{where}", []).append(wall / clips)
                 return cpu / clips
 
@@ -170,7 +169,7 @@ def bucket_traffic(shards: str, sampling: str, log_file: Path, cache_dir: Path |
     sizes = dict(zip(manifest.shard_urls(), (shard.bytes for shard in manifest.shards), strict=True))
     mark = log_file.stat().st_size
     with ReadCounter(sizes) as counter:
-        clips, _, _ = epoch(shards, sampling, cache_dir)
+        clips, _, _ = epoch(shards, sampling=sampling, cache_dir=cache_dir)
     made = [request for request in requests(log_file, mark) if request.startswith(("GET", "HEAD"))]
     tar_gets = sum(1 for request in made if request.startswith("GET") and request.endswith(".tar"))
     return {"requests": len(made) / clips, "tar_gets": tar_gets / clips, "bytes": counter.bytes / clips}

@@ -231,5 +231,7 @@ def test_the_served_model_reaches_neither_the_training_loader_nor_ray_nor_deepsp
         ).stdout.split()
     )
     assert "vidtx.serving.classifier" in loaded
-    assert loaded & {"webdataset", "deepspeed", "ray", "vidtx.data.loader"} == set()
+    assert (
+        loaded & {"webdataset", "deepspeed", "ray", "vidtx.data.loader", "vidtx.data.train_loader"} == set()
+    )
     assert [module for module in loaded if module.startswith(("vidtx.train", "vidtx.shard"))] == []

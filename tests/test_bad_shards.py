@@ -20,8 +20,9 @@ import webdataset as wds
 from media import SHARDED, case_bytes, cut_in_video, good
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.data.loader import build_eval_loader
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
+from vidtx.data.train_loader import build_train_loader
 from vidtx.manifest import Manifest, ShardInfo, content_hash, load_manifest
 
 # --- the loaders: decode failures are skipped and logged, odd videos decode and crop ----------------
@@ -103,7 +104,7 @@ def test_samples_that_fail_to_decode_are_skipped_and_logged_by_both_loaders(
     samples["000000000008"] = {"mp4": good(), "json": meta("good-2.mp4")}
     write_shard_of_samples(tmp_path / "shards", samples)
     cfg = loader_config(tmp_path / "shards")
-    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"):
+    with caplog.at_level(logging.WARNING, logger="vidtx.data"):
         keys = [key for _, _, batch in build_eval_loader(cfg, "train", batch_size=2) for key in batch]
         train = list(build_train_loader(cfg, batch_size=1, seed=0))
     assert keys == ["good-1", "good-2"]
@@ -142,7 +143,7 @@ def test_loaders_read_what_is_left_of_a_truncated_tar_and_log_the_rest(
     damaged_shards: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = loader_config(damaged_shards).model_copy(update={"num_frames": 4})
-    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"):
+    with caplog.at_level(logging.WARNING, logger="vidtx.data"):
         keys = [key for _, _, batch in build_eval_loader(cfg, "train", batch_size=4) for key in batch]
         epoch = list(build_train_loader(cfg, batch_size=4, seed=0))
     assert len(keys) == 24 - 3  # the truncated shard keeps its first two samples
@@ -174,7 +175,7 @@ def test_a_rank_whose_shards_yield_no_sample_fails_naming_them_with_one_warning(
         "(damaged: `vidtx inspect` checks them)"
     )
     with (
-        caplog.at_level(logging.WARNING, logger="vidtx.data.loader"),
+        caplog.at_level(logging.WARNING, logger="vidtx.data"),
         pytest.raises(UnreadableShardsError) as raised,
     ):
         next(iter(loader))
@@ -219,7 +220,7 @@ def test_a_pass_over_a_rank_s_shards_that_gives_no_clip_fails_naming_them_wherev
         + re.escape(f"in {tmp_path / 'shards'} (damaged: `vidtx inspect` checks them)")
     )
     with (
-        caplog.at_level(logging.WARNING, logger="vidtx.data.loader"),
+        caplog.at_level(logging.WARNING, logger="vidtx.data"),
         pytest.raises(UnreadableShardsError) as raised,
     ):
         next(iter(build_train_loader(cfg, batch_size=1, seed=0)))

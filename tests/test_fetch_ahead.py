@@ -14,8 +14,8 @@ from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
 from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
-from vidtx.data.loader import build_train_loader
 from vidtx.data.shares import epoch_shards
+from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import location, name_of
 from vidtx.manifest import load_manifest
 

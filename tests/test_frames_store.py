@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from vidtx.config import DataConfig, ShardConfig
-from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.data.loader import build_eval_loader
+from vidtx.data.train_loader import build_train_loader
 from vidtx.eval.evaluate import evaluate
 from vidtx.manifest import FRAMES_MEMBER, load_manifest
 from vidtx.media.frames import JpegFrames

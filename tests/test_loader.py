@@ -14,9 +14,10 @@ import torch
 import webdataset as wds
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.data.loader import build_eval_loader
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import epoch_shards
+from vidtx.data.train_loader import build_train_loader
 from vidtx.manifest import Manifest, ShardInfo, content_hash
 
 
@@ -214,7 +215,7 @@ def test_a_sample_that_fails_to_decode_is_skipped_and_logged(
 ) -> None:
     write_shard_with_a_corrupt_sample(tmp_path / "shards", write_mp4)
     cfg = data_config(tmp_path / "shards")
-    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"):
+    with caplog.at_level(logging.WARNING, logger="vidtx.data"):
         keys = [
             key for _, _, batch_keys in build_eval_loader(cfg, "train", batch_size=2) for key in batch_keys
         ]
@@ -269,7 +270,7 @@ def test_a_loader_restored_from_its_state_goes_on_with_the_clips_of_the_uninterr
         assert torch.equal(labels, expected_labels)
     # other settings: the position cannot be replayed, the next epoch starts, and the log says why
     other = build_train_loader(data_config(shards, num_workers=1, repeated_sampling=2), batch_size=3, seed=0)
-    with caplog.at_level(logging.WARNING, logger="vidtx.data.loader"):
+    with caplog.at_level(logging.WARNING, logger="vidtx.data"):
         other.load_state_dict(state)
     assert other.epoch == 1
     assert "data.num_workers 2 -> 1" in caplog.text

@@ -20,7 +20,8 @@ from infra.local.s3_server import create_user, free_port, requests, s3_server
 from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
 from vidtx.config import DataConfig, ShardConfig
-from vidtx.data.loader import build_eval_loader, build_train_loader
+from vidtx.data.loader import build_eval_loader
+from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import join, location, name_of, parent_of
 from vidtx.manifest import damaged_shards, find_splits, load_manifest
 from vidtx.shard.job import plan_dataset, shard_dataset

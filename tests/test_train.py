@@ -28,8 +28,8 @@ from training_runs import history, run_config
 
 from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig, ShardConfig, dump_config, load_config
-from vidtx.data.loader import build_train_loader
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
+from vidtx.data.train_loader import build_train_loader
 from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
 from vidtx.locations import Location, join, location

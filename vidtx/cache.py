@@ -3,10 +3,10 @@
 A tar is downloaded whole the first time a process reads it (or fetches it ahead:
 `vidtx.data.fetch_ahead`), under a temporary name, checked against the object's size and renamed
 into place (a reader never takes a part for a whole one). One process of the node fetches a tar
-while the others that want it wait on its lock file and then find it cached. Later reads are local: random access, `pread` of the sampled frames. A cached tar keeps its
-object's modification time as its own (as `rsync -t` does), and is used only while the object's size
-and modification time are still those: a shard rewritten in place, even with the same size, is
-fetched again. The time a tar was last used is its access time: the least recently used tars are
+while the others that want it wait on its lock file and then find it cached. Later reads are local:
+random access, `pread` of the sampled frames. A cached tar keeps its object's modification time as
+its own (as `rsync -t` does), and is used only while the object's size and modification time are
+still those: a shard rewritten in place, even with the same size, is fetched again. The time a tar was last used is its access time: the least recently used tars are
 removed once the folder holds more than its limit (the tar just fetched is never removed).
 """
 
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from vidtx import storage
+from vidtx.config import DataConfig
 from vidtx.locations import name_of
 
 TEMPORARY_MARK = ".part-"
@@ -100,3 +101,8 @@ class ShardCache:
 def is_cached_tar(file: Path) -> bool:
     """A tar of the cache (not one being written, not a lock)."""
     return TEMPORARY_MARK not in file.name and not file.name.endswith(LOCK_SUFFIX)
+
+
+def shard_cache(cfg: DataConfig) -> ShardCache | None:
+    """The local cache of shards read from a bucket that `cfg` asks for (`data.cache_dir`)."""
+    return ShardCache(cfg.cache_dir, int(cfg.cache_gb * 1e9)) if cfg.cache_dir is not None else None

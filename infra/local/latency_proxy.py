@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable, Iterator
+
+from infra.local.processes import wait_for_port
 
 CHUNK = 1 << 18
 
@@ -81,16 +81,7 @@ def latency_proxy(listen_port: int, upstream_port: int, delay_ms: float) -> Iter
         ]
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with (
-                contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", listen_port), timeout=1),
-            ):
-                break
-            if proxy.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the latency proxy did not start on 127.0.0.1:{listen_port}")
-            time.sleep(0.05)
+        wait_for_port(listen_port, proxy, "the latency proxy", timeout=30)
         yield f"http://127.0.0.1:{listen_port}"
     finally:
         proxy.terminate()

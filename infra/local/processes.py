@@ -1,10 +1,12 @@
 """The processes of `make stack`: each started in a session of its own, recorded in a pid file, waited
-for over HTTP, and ended as a whole process tree (SIGTERM, then SIGKILL)."""
+for over HTTP, and ended as a whole process tree (SIGTERM, then SIGKILL). The local servers of the
+tests and benchmarks (S3, the latency proxy) are waited for on their port."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -33,6 +35,18 @@ def wait_for_http(name: str, pidfile: Path, url: str, headers: dict[str, str] | 
         except OSError:
             time.sleep(1)
     raise RuntimeError(f"{name} did not answer {url} in {timeout:.0f} s (see its log)")
+
+
+def wait_for_port(port: int, process: subprocess.Popen, name: str, timeout: float) -> None:
+    """Until 127.0.0.1:`port` accepts a connection; `process` exiting first, or `timeout` s without
+    one, is an error naming `name`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not start on 127.0.0.1:{port}")
+        time.sleep(0.05)
 
 
 def end_tree(pid: int, *, kill: bool = False) -> None:

@@ -15,9 +15,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from infra.local.processes import wait_for_port
 
 
 def free_port() -> int:
@@ -42,13 +43,7 @@ def s3_server(port: int, log: Path, authenticated_after: int | None = None) -> I
             env=environment,
         )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"moto's S3 server did not start on 127.0.0.1:{port}")
-            time.sleep(0.1)
+        wait_for_port(port, server, "moto's S3 server", timeout=60)
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()

@@ -96,11 +96,6 @@ class FetchAhead:
             held += size
 
 
-def shard_cache(cfg: DataConfig) -> ShardCache | None:
-    """The local cache of shards read from a bucket that `cfg` asks for (`data.cache_dir`)."""
-    return ShardCache(cfg.cache_dir, int(cfg.cache_gb * 1e9)) if cfg.cache_dir is not None else None
-
-
 def fetch_settings(cfg: DataConfig, manifest: Manifest) -> FetchSettings:
     """How each DataLoader worker of this rank fetches ahead: its share of the cache is the cache's
     limit over the node's fetching processes (its ranks, LOCAL_WORLD_SIZE, times their workers)."""

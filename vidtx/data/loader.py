@@ -1,68 +1,41 @@
-"""Shards to clip batches: the webdataset pipelines for training and evaluation.
-
-Training (one instance per Ray Train worker; RANK / WORLD_SIZE come from the environment):
-
-    this rank's shards of the epoch (cycled, split by DataLoader worker) -> tar samples -> shuffle
-    buffer -> decode once, sample k clips, augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
-
-Each epoch the shards are dealt out to the ranks (`vidtx.data.shares`: disjoint sets that together
-are the whole split, on one node or many; with fewer shards than ranks every rank reads all of
-them). A rank cycles through its own shards for exactly `ceil(num_samples / world_size / batch_size)`
-batches, so ranks stay in lock-step for collectives however the shards' sizes differ; a pass over
-them that gives not one clip is an error naming them. Iterating a train loader again continues
-with the next epoch; a loader built with `epoch=e` replays epoch e exactly. Where a rank stands in
-its epoch is the loader's state (`state_dict`, `vidtx.data.position`): a checkpoint keeps it, and a
-resumed run's loader goes on with exactly the clips an uninterrupted run would have seen.
+"""Shards to evaluation batches, and what the train loader (`vidtx.data.train_loader`) shares with it.
 
 Evaluation: the manifest's shards in order, split by rank (whole shards, and the ones left over by
 sample: `vidtx.data.shares`) and by DataLoader worker, not resampled, so all ranks together see every
 sample once and each rank of a split with at least as many samples as ranks has a share.
 
-Clips leave the loader as uint8 in the decoders' layout (T, H, W, C) (pinned when CUDA is there);
+Clips leave the loaders as uint8 in the decoders' layout (T, H, W, C) (pinned when CUDA is there);
 `vidtx.data.transforms.normalize_clips` makes them the model's float (B, C, T, H, W) on the device.
 Both stores of `vidtx.manifest` are read (`vidtx.data.video`): a video member decoded with decord
 (PyAV as the fallback) at the size the crop needs, or packed JPEG frames of which only the sampled
 ones are decoded.
 
 A sample that fails to decode is logged and skipped, and so is whatever part of a tar cannot be read
-(a truncated or missing shard); in training each is logged once per epoch, not on every pass: a
-damaged shard costs its unreadable samples, never the run, unless none of a rank's shards gives a clip.
+(a truncated or missing shard): a damaged shard costs its unreadable samples, never the run.
 Decoders are created per sample inside the worker; workers start with `forkserver` so they inherit
 no decoder or thread state.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 from collections.abc import Iterable, Iterator
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
 import torch
 import webdataset as wds
 
 from vidtx import storage
+from vidtx.cache import shard_cache
 from vidtx.config import DataConfig
-from vidtx.data.fetch_ahead import fetch_settings, shard_cache
-from vidtx.data.position import EpochPosition, StreamSettings, in_turn
-from vidtx.data.sampling import FrameSampler
-from vidtx.data.shares import CycledSamples, EvalSamples, PassLedger, epoch_shards
-from vidtx.data.transforms import TrainTransform
-from vidtx.data.video import SAMPLE_ERRORS, frames_at, open_sample, sample_name, test_views
-from vidtx.locations import Location, name_of
+from vidtx.data.shares import EvalSamples
+from vidtx.data.video import SAMPLE_ERRORS, open_sample, sample_name, test_views
+from vidtx.locations import Location
 from vidtx.manifest import Manifest, damaged_shards, load_manifest
 from vidtx.processes import forkserver_context
 
 log = logging.getLogger(__name__)
-
-
-class TrainBatch(NamedTuple):
-    clips: torch.Tensor  # uint8 (B, T, H, W, C)
-    labels: torch.Tensor  # int64 (B,)
-    keys: list[str]  # each clip's sample
 
 
 EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]  # views uint8 (B, V, T, H, W, C), labels, keys
@@ -72,59 +45,6 @@ def log_and_continue(err: Exception) -> bool:
     """webdataset handler: log what could not be read (a truncated or missing tar) and go on."""
     log.warning("skipping unreadable shard data: %s: %s", type(err).__name__, err)
     return True
-
-
-def _dataloader_worker() -> int:
-    return wds.utils.pytorch_worker_info()[2]
-
-
-class TrainClip(NamedTuple):
-    """A clip on its way to a batch, with where it came from in its DataLoader worker's stream."""
-
-    clip: torch.Tensor  # uint8 (T, H, W, C)
-    label: int
-    key: str  # the sample's key
-    worker: int  # the DataLoader worker
-    sample: int  # the sample's index in the worker's stream
-    taken: int  # the sample's clips taken up to this one
-
-
-def _train_clips(
-    samples: Iterable[dict[str, Any]],
-    cfg: DataConfig,
-    seed: int,
-    rank: int,
-    ledger: PassLedger,
-    start: EpochPosition,
-) -> Iterator[TrainClip]:
-    """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips of it; what each
-    sample gave goes into `ledger`. A sample that fails is logged once, not every pass. The worker's
-    stream starts where `start` has it: the samples before are passed over undecoded (they were
-    judged by the ledger of the run that took them), and the clips taken of the next one dropped."""
-    worker = _dataloader_worker()
-    skip, drop = start.start_of(worker)
-    sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
-    transform = TrainTransform.from_config(cfg)
-    failed: set[str] = set()
-    for index, sample in enumerate(samples):
-        if index < skip:
-            ledger.decoded(sample["__pass__"], 1)
-            continue
-        # a generator per sample, seeded by its place: a resumed stream draws what this one drew
-        rng = np.random.default_rng([seed, start.epoch, rank, worker, index])
-        try:
-            video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads, at_least=True)
-            indices = np.stack([sampler.train(video.num_frames, rng) for _ in range(cfg.repeated_sampling)])
-            clips = [transform(frames, rng) for frames in frames_at(video, indices)]
-        except SAMPLE_ERRORS as err:
-            if (name := sample_name(sample)) not in failed:
-                failed.add(name)
-                log.warning("skipping training sample %s: %s", name, err)
-            clips = []
-        ledger.decoded(sample["__pass__"], len(clips))
-        for taken, clip in enumerate(clips, start=1):
-            if index > skip or taken > drop:
-                yield TrainClip(clip, int(meta["label"]), str(meta["key"]), worker, index, taken)
 
 
 def _eval_views(
@@ -141,26 +61,21 @@ def _eval_views(
         yield views, int(meta["label"]), str(meta["key"])
 
 
-def _collate_train(batch: list[TrainClip]) -> tuple[TrainBatch, TrainClip]:
-    """The batch, and its last clip's place (where its worker's stream stands after it)."""
-    clips = torch.stack([item.clip for item in batch])
-    labels = torch.tensor([item.label for item in batch], dtype=torch.int64)
-    return TrainBatch(clips, labels, [item.key for item in batch]), batch[-1]._replace(clip=torch.empty(0))
-
-
 def _collate_eval(batch: list[tuple[torch.Tensor, int, str]]) -> EvalBatch:
     views, labels, keys = zip(*batch, strict=True)
     return torch.stack(views), torch.tensor(labels, dtype=torch.int64), list(keys)
 
 
-def _web_loader(dataset: wds.DataPipeline, num_workers: int) -> wds.WebLoader:
-    workers = {"multiprocessing_context": forkserver_context(__name__)} if num_workers > 0 else {}
+def web_loader(dataset: wds.DataPipeline, num_workers: int, preload: str = __name__) -> wds.WebLoader:
+    """`dataset` through `num_workers` DataLoader workers, started by a forkserver that has imported
+    `preload` (the module of the pipeline's stages)."""
+    workers = {"multiprocessing_context": forkserver_context(preload)} if num_workers > 0 else {}
     return wds.WebLoader(
         dataset, batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(), **workers
     )
 
 
-def _check_shards(manifest: Manifest, shards_dir: Location) -> None:
+def check_shards(manifest: Manifest, shards_dir: Location) -> None:
     """Warn about damaged shards (what can be read of them is still used); fail at once, naming the
     folder, when no shard file exists at all."""
     for problem in damaged_shards(manifest, check_sha256=False):
@@ -169,110 +84,6 @@ def _check_shards(manifest: Manifest, shards_dir: Location) -> None:
         raise FileNotFoundError(
             f"{shards_dir}: none of the {len(manifest.shards)} '{manifest.split}' shards exists"
         )
-
-
-class TrainLoader:
-    """One epoch of training batches per iteration; the next iteration is the next epoch. An
-    iteration left part-way continues from there: `state_dict` is where the rank is in the epoch
-    (`vidtx.data.position`), which `load_state_dict` restores exactly."""
-
-    def __init__(self, cfg: DataConfig, batch_size: int, seed: int, epoch: int) -> None:
-        self.cfg, self.batch_size, self.seed = cfg, batch_size, seed
-        self.manifest = load_manifest(cfg.shards, cfg.train_split)
-        _check_shards(self.manifest, cfg.shards)
-        # Resolved here, in the training process: DataLoader workers see no torch.distributed group.
-        self.rank, self.world_size, _, _ = wds.utils.pytorch_worker_info()
-        self.batches_per_epoch = math.ceil(self.manifest.num_samples / self.world_size / batch_size)
-        self.stream = StreamSettings(
-            world_size=self.world_size,
-            dataloader_workers=cfg.num_workers,
-            micro_batch_size=batch_size,
-            seed=seed,
-            shuffle_buffer=cfg.shuffle_buffer,
-            repeated_sampling=cfg.repeated_sampling,
-            split_samples=self.manifest.num_samples,
-        )
-        self.position = EpochPosition(epoch=epoch, stream=self.stream)
-
-    @property
-    def epoch(self) -> int:
-        return self.position.epoch
-
-    def __len__(self) -> int:
-        return self.batches_per_epoch
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.position.model_dump(mode="json")
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue where `state` (a `state_dict`) was; a position taken with other settings cannot be
-        replayed: the next epoch starts instead (logged, naming the settings)."""
-        position = EpochPosition.model_validate(state)
-        if changes := self.stream.changes_from(position.stream):
-            log.warning(
-                "rank %d: the data stream of epoch %d cannot be replayed (%s): training goes on with epoch %d",
-                self.rank,
-                position.epoch,
-                changes,
-                position.epoch + 1,
-            )
-            position = EpochPosition(epoch=position.epoch + 1, stream=self.stream)
-        elif position.batches >= self.batches_per_epoch:  # taken at the end of its epoch
-            position = EpochPosition(epoch=position.epoch + 1, stream=self.stream)
-        self.position = position
-
-    def __iter__(self) -> Iterator[TrainBatch]:
-        start = self.position
-        shards = epoch_shards(self.manifest.shard_urls(), self.seed, start.epoch, self.rank, self.world_size)
-        log.info(
-            "rank %d/%d epoch %d reads shards %s%s",
-            self.rank,
-            self.world_size,
-            start.epoch,
-            ",".join(name_of(url) for url in shards),
-            f" from batch {start.batches}" if start.batches else "",
-        )
-        stream_seed = wds.utils.make_seed(self.seed, start.epoch, self.rank)
-        ledger = PassLedger()
-        dataset = wds.DataPipeline(
-            CycledSamples(
-                shards,
-                stream_seed,
-                self.rank,
-                log_and_continue,
-                ledger,
-                shard_cache(self.cfg),
-                fetch_settings(self.cfg, self.manifest),
-            ),
-            wds.detshuffle(
-                self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + start.epoch
-            ),
-            partial(_train_clips, cfg=self.cfg, seed=self.seed, rank=self.rank, ledger=ledger, start=start),
-            wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
-        )
-        workers = max(1, self.cfg.num_workers)
-        batches = in_turn(
-            _web_loader(dataset, self.cfg.num_workers),
-            start.batches % workers,
-            workers,
-            lambda b: b[1].worker,
-        )
-        places = dict(enumerate(start.workers))
-        for taken, (batch, last) in enumerate(
-            itertools.islice(batches, self.batches_per_epoch - start.batches), start=start.batches + 1
-        ):
-            places[last.worker] = (last.sample, last.taken)
-            self.position = start.model_copy(
-                update={"batches": taken, "workers": [places.get(w, (0, 0)) for w in range(workers)]}
-            )
-            yield batch
-        self.position = EpochPosition(epoch=start.epoch + 1, stream=self.stream)
-
-
-def build_train_loader(cfg: DataConfig, *, batch_size: int, seed: int, epoch: int = 0) -> TrainLoader:
-    """Training batches (clips uint8 (B, T, H, W, C), labels int64 (B,), sample keys); one iteration
-    is one epoch of about num_samples / world_size clips for this rank."""
-    return TrainLoader(cfg, batch_size, seed, epoch)
 
 
 def build_eval_loader(
@@ -297,4 +108,4 @@ def build_eval_loader(
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )
-    return _web_loader(dataset, cfg.num_workers)
+    return web_loader(dataset, cfg.num_workers)

@@ -1,6 +1,6 @@
 """Where a rank is in its training epoch: what a checkpoint keeps so that a resumed run reads on exactly.
 
-A rank's epoch is a deterministic stream (`vidtx.data.loader`): its shards dealt by (seed, epoch), each
+A rank's epoch is a deterministic stream (`vidtx.data.train_loader`): its shards dealt by (seed, epoch), each
 DataLoader worker's share read in a seeded order through a seeded shuffle buffer, and each sample's
 clips drawn by a generator seeded by the sample's place in its worker's stream. So where a rank is
 comes down to how far each DataLoader worker's stream has been taken: the sample being taken (its

@@ -17,7 +17,7 @@ import ray.train
 import torch
 import torch.distributed as dist
 
-from vidtx.data.loader import TrainBatch, build_train_loader
+from vidtx.data.train_loader import TrainBatch, build_train_loader
 from vidtx.data.transforms import normalize_clips
 from vidtx.manifest import load_manifest
 from vidtx.model_factory import model_for
@@ -127,7 +127,7 @@ class WorkerTrainer:
             len(self.state.data),
             self.state.epoch + 1,
         )
-        self.loader.position = self.loader.position.model_copy(update={"epoch": self.state.epoch + 1})
+        self.loader.start_epoch(self.state.epoch + 1)
 
     def _batches(self) -> Iterator[TrainBatch]:
         """Training batches across epochs, from where the loader stands."""
