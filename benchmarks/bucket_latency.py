@@ -3,15 +3,16 @@
 Data: the "10 s" videos of `benchmarks.data_loading` (synthetic 10-s 640x360 30-fps, Kinetics-like
 length), one video per shard, sharded into a bucket of a local S3 server (moto's server mode on
 127.0.0.1) and onto local disk as both stores: re-encoded video (short side 256) and frames (JPEG,
-short side 256). The bucket is read through `infra/local/latency_proxy.py`, which holds every request
-back 20 or 50 ms (a cloud bucket's first-byte latency in its region), with a cold cache
+short side 256). The bucket is read through `infra/local/latency_proxy.py`, which holds every
+request back 20 or 50 ms (a cloud bucket's first-byte latency in its region), with a cold cache
 (`data.cache_dir` empty at the start of each epoch): with fetch-ahead (the defaults of
 `data.fetch_ahead`, `fetch_requests`, `fetch_part_mb`) and without (`data.fetch_ahead: 0`: each
-shard fetched when its read starts, as one stream). Loader: `build_train_loader` at 8x224, segment
-sampling, the default augmentation, a shuffle buffer of 2 (small beside the epoch, as a real one is
-beside a real epoch), in process (no DataLoader worker), one epoch per measurement. CPU time is this
-process's (`time.process_time`: the loader and the fetcher's threads), not the S3 server's or the
-proxy's, which share the machine's 2 cores.
+shard fetched when its read starts, as one stream); and the frames store without a cache, where a
+clip's frames are one ranged GET, with read-ahead (`data.read_ahead`, its default) and without.
+Loader: `build_train_loader` at 8x224, segment sampling, the default augmentation, a shuffle buffer
+of 2 (small beside the epoch, as a real one is beside a real epoch), in process (no DataLoader
+worker), one epoch per measurement. CPU time is this process's (`time.process_time`: the loader and
+the fetcher's threads), not the S3 server's or the proxy's, which share the machine's 2 cores.
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ log = logging.getLogger(__name__)
 STORES = ("re-encoded", "frames")
 DELAYS_MS = (20, 50)
 FRAMES = 8
+SLOWEST = f"{DELAYS_MS[-1]} ms"
+WITH_CACHE = ["disk", *(f"{delay} ms" for delay in DELAYS_MS), f"{SLOWEST}, no fetch-ahead"]
+# the frames store is also read without a cache: a ranged GET per clip, `data.read_ahead` in flight
+CASES = {
+    "re-encoded": WITH_CACHE,
+    "frames": [*WITH_CACHE, f"{SLOWEST}, no cache", f"{SLOWEST}, no cache, no read-ahead"],
+}
 
 
 def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
@@ -59,34 +67,40 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
             traffic: dict[str, dict[str, float]] = {}
 
             def measure(store: str, case: str) -> float:
-                """One epoch of `case` ("disk" or "<delay> ms[, no fetch-ahead]"); its CPU s / clip."""
+                """One epoch of `case` (one of CASES); its CPU s / clip."""
                 if case == "disk":
                     clips, wall, cpu = epoch(shards[(store, "disk")], shuffle_buffer=2)
                 else:
                     delay = int(case.split()[0])
-                    fetching = {"fetch_ahead": 0} if "no fetch-ahead" in case else {}
-                    cache = work / "cache" / store
-                    shutil.rmtree(cache, ignore_errors=True)  # cold
+                    cache = None if "no cache" in case else work / "cache" / store
+                    settings = {"fetch_ahead": 0} if "no fetch-ahead" in case else {}
+                    settings |= {"read_ahead": 0} if "no read-ahead" in case else {}
+                    if cache is not None:
+                        shutil.rmtree(cache, ignore_errors=True)  # cold
                     mark = (work / "s3.log").stat().st_size
                     proxied = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxies[delay]}"}
                     with mock.patch.dict(os.environ, proxied):
                         clips, wall, cpu = epoch(
-                            shards[(store, "bucket")], shuffle_buffer=2, cache_dir=cache, **fetching
+                            shards[(store, "bucket")], shuffle_buffer=2, cache_dir=cache, **settings
                         )
                     made = requests(work / "s3.log", mark)
-                    traffic[f"{store}|{case}"] = {
-                        "requests": len(made) / clips,
-                        "bytes": sum(f.stat().st_size for f in cache.iterdir() if f.suffix == ".tar") / clips,
-                    }
+                    traffic[f"{store}|{case}"] = {"requests": len(made) / clips}
+                    if cache is not None:
+                        traffic[f"{store}|{case}"]["bytes"] = (
+                            sum(f.stat().st_size for f in cache.iterdir() if f.suffix == ".tar") / clips
+                        )
                 seconds.setdefault(f"{store}|{case}", []).append(wall / clips)
                 return cpu / clips
 
-            cases = ["disk", *(f"{delay} ms" for delay in DELAYS_MS), f"{DELAYS_MS[-1]} ms, no fetch-ahead"]
             with contextlib.ExitStack() as running:
                 for delay, proxy_port in proxies.items():
                     running.enter_context(latency_proxy(proxy_port, port, delay))
                 cpu = interleaved(
-                    {f"{store}|{case}": partial(measure, store, case) for store in STORES for case in cases},
+                    {
+                        f"{store}|{case}": partial(measure, store, case)
+                        for store in STORES
+                        for case in CASES[store]
+                    },
                     rounds,
                 )
             manifest_bytes = {
@@ -106,20 +120,20 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
             "videos": len(videos),
             "shard_bytes": manifest_bytes,
         },
-        tables=tables(cases, cpu, wall, traffic),
+        tables=tables(cpu, wall, traffic),
         raw={"cpu_seconds_per_clip": cpu, "wall_seconds_per_clip": wall, "traffic_per_clip": traffic},
-        notes=notes(cases, cpu, wall),
+        notes=notes(cpu, wall),
         quick=quick,
     )
 
 
 def tables(
-    cases: list[str], cpu: dict[str, Samples], wall: dict[str, Samples], traffic: dict[str, dict[str, float]]
+    cpu: dict[str, Samples], wall: dict[str, Samples], traffic: dict[str, dict[str, float]]
 ) -> list[Table]:
     rows = []
     for store in STORES:
         disk = wall[f"{store}|disk"]
-        for case in cases:
+        for case in CASES[store]:
             key = f"{store}|{case}"
             per_clip = traffic.get(key, {})
             rows.append(
@@ -130,7 +144,7 @@ def tables(
                     "1" if case == "disk" else fmt(round_ratios(disk, wall[key]).median, 2),
                     fmt(cpu[key].median * 1e3),
                     fmt(per_clip["requests"], 2) if per_clip else "",
-                    fmt(per_clip["bytes"] / 1e6, 2) if per_clip else "",
+                    fmt(per_clip["bytes"] / 1e6, 2) if "bytes" in per_clip else "",
                 ]
             )
     return [
@@ -142,20 +156,30 @@ def tables(
     ]
 
 
-def notes(cases: list[str], cpu: dict[str, Samples], wall: dict[str, Samples]) -> list[str]:
+def notes(cpu: dict[str, Samples], wall: dict[str, Samples]) -> list[str]:
     lines = []
     for store in STORES:
         disk = wall[f"{store}|disk"]
         ratios = {
-            case: round_ratios(disk, wall[f"{store}|{case}"]).median for case in cases if case != "disk"
+            case: round_ratios(disk, wall[f"{store}|{case}"]).median
+            for case in CASES[store]
+            if case != "disk"
         }
-        fetcher = round_ratios(cpu[f"{store}|{DELAYS_MS[-1]} ms"], cpu[f"{store}|disk"]).median
+        fetcher = round_ratios(cpu[f"{store}|{SLOWEST}"], cpu[f"{store}|disk"]).median
         lines.append(
             f"{store}: from the bucket with fetch-ahead "
             + ", ".join(
                 f"{fmt(ratios[f'{delay} ms'], 2)}x disk's clips/s at {delay} ms" for delay in DELAYS_MS
             )
-            + f" (without: {fmt(ratios[cases[-1]], 2)}x at {DELAYS_MS[-1]} ms); the loader and its fetcher take "
-            f"{fmt(fetcher, 2)}x disk's CPU per clip."
+            + f" (without: {fmt(ratios[f'{SLOWEST}, no fetch-ahead'], 2)}x at {SLOWEST}); the loader and its "
+            f"fetcher take {fmt(fetcher, 2)}x disk's CPU per clip."
         )
+    frames = {
+        case: round_ratios(wall["frames|disk"], wall[f"frames|{case}"]).median
+        for case in CASES["frames"][-2:]
+    }
+    lines.append(
+        f"frames without a cache at {SLOWEST}: {fmt(frames[f'{SLOWEST}, no cache'], 2)}x disk's clips/s with "
+        f"read-ahead, {fmt(frames[f'{SLOWEST}, no cache, no read-ahead'], 2)}x reading one sample at a time."
+    )
     return lines

@@ -1,23 +1,29 @@
 """Fetching shards from a bucket ahead of the reader (`data.fetch_ahead`): within the cache's share,
-each shard once, through the session's S3 server."""
+each shard once, through the session's S3 server; and, without a cache, reading frames-store samples
+ahead of the decoder (`data.read_ahead`)."""
 
 import hashlib
 import math
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 
-from infra.local.s3_server import requests
+from infra.local.latency_proxy import latency_proxy
+from infra.local.s3_server import free_port, requests
 from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
-from vidtx.config import DataConfig
+from vidtx.config import DataConfig, ShardConfig
 from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
 from vidtx.data.shares import epoch_shards
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import location, name_of
 from vidtx.manifest import load_manifest
+from vidtx.shard.job import shard_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -114,3 +120,56 @@ def test_two_readers_wanting_one_shard_at_once_fetch_it_once(bucket_shards: str,
         copies = list(pool.map(lambda _: cache.local_copy(url, slow_download), range(2)))
     assert downloads == [url]
     assert copies[0] == copies[1]
+
+
+def test_the_frames_store_read_without_a_cache_keeps_read_ahead_requests_in_flight(
+    synthetic_shards: tuple[Path, Path], bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No cache: a clip's frames are one ranged GET, and with `data.read_ahead` = 4 four of them wait
+    on the bucket (50 ms away, through the latency proxy) at once, never more; the epoch's batches
+    are those of reading one sample at a time."""
+    videos, _ = synthetic_shards
+    remote = f"{bucket}/frames"
+    shard_dataset(
+        ShardConfig(
+            source=videos / "annotations.csv",
+            output=remote,
+            store="frames",
+            short_side=32,
+            max_samples_per_shard=5,
+            processes=1,
+        )
+    )
+    in_flight, most, lock = 0, 0, threading.Lock()
+    read_range = storage.read_range
+
+    def counted(where: str, start: int, end: int) -> bytes:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+        try:
+            return read_range(where, start, end)
+        finally:
+            with lock:
+                in_flight -= 1
+
+    monkeypatch.setattr(storage, "read_range", counted)
+    data = DataConfig(shards=location(remote), num_frames=4, short_side=32, crop_size=32, num_workers=0)
+    server_port = int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    epochs, most_in_flight = [], []
+    with latency_proxy(free_port(), server_port, 50) as slow_bucket:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", slow_bucket)
+        for read_ahead in (0, 4):
+            most = 0
+            loader = build_train_loader(
+                data.model_copy(update={"read_ahead": read_ahead}), batch_size=4, seed=0
+            )
+            epochs.append(list(loader))
+            most_in_flight.append(most)
+    assert most_in_flight == [1, 4]
+    assert len(epochs[0]) == len(epochs[1]) == 6  # 24 videos
+    for (clips, labels, keys), (ahead_clips, ahead_labels, ahead_keys) in zip(*epochs, strict=True):
+        assert keys == ahead_keys
+        assert torch.equal(labels, ahead_labels)
+        assert torch.equal(clips, ahead_clips)

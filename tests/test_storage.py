@@ -16,6 +16,7 @@ import psutil
 import pytest
 import torch
 
+from infra.local.latency_proxy import latency_proxy
 from infra.local.s3_server import create_user, free_port, requests, s3_server
 from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
@@ -190,19 +191,28 @@ def test_a_shard_job_killed_mid_upload_leaves_only_whole_shards_and_the_rerun_fi
     synthetic_shards: tuple[Path, Path], bucket: str, tmp_path: Path
 ) -> None:
     """SIGKILL once the first marker is in the bucket: no manifest, every tar there is whole (an
-    object appears only once uploaded), and a re-run completes the splits with the disk's tars."""
+    object appears only once uploaded), and a re-run completes the splits with the disk's tars. The
+    killed job reaches the bucket through the latency proxy (100 ms a request): on a busy machine it
+    used to write every shard before the test saw the first."""
     videos, local = synthetic_shards
     target = f"{bucket}/shards"
     command = [sys.executable, "-m", "vidtx", "shard", str(videos / "annotations.csv"), target]
     command += ["--set=shard.max_samples_per_shard=5", "--set=shard.processes=1"]
     (tmp_path / "tmp").mkdir()
     environment = os.environ | {"TMPDIR": str(tmp_path / "tmp")}  # where its staging folder is left
-    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
-    deadline = time.monotonic() + 120
-    while not storage.names(target, ".stats.json") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    job.kill()
-    job.wait()
+    server_port = int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    with latency_proxy(free_port(), server_port, 100) as slow_bucket:
+        job = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=environment | {"AWS_ENDPOINT_URL": slow_bucket},
+        )
+        deadline = time.monotonic() + 120
+        while not storage.names(target, ".stats.json") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        job.kill()
+        job.wait()
     written = storage.names(target)
     markers = [name for name in written if name.endswith(".stats.json")]
     assert 0 < len(markers) < 8, "the job must be killed part-way"

@@ -223,6 +223,12 @@ class DataConfig(StrictModel):
         16, ge=1, description="Ranged GETs in flight per DataLoader worker fetching ahead."
     )
     fetch_part_mb: float = Field(4.0, gt=0, description="Megabytes per ranged GET of a shard fetched ahead.")
+    read_ahead: int = Field(
+        2,
+        ge=0,
+        description="Frames store in a bucket without cache_dir: samples whose frames each DataLoader worker "
+        "reads ahead of the decoder, one ranged GET each (0: one sample at a time; 2: measured best of 0-16).",
+    )
     repeated_sampling: int = Field(1, ge=1, description="Clips drawn from one decoded video.")
 
     @field_validator("crop_size")

@@ -13,6 +13,11 @@ with the next epoch; a loader built with `epoch=e` replays epoch e exactly. Wher
 its epoch is the loader's state (`state_dict`, `vidtx.data.position`): a checkpoint keeps it, and a
 resumed run's loader goes on with exactly the clips an uninterrupted run would have seen.
 
+Frames-store shards in a bucket read without a cache: a clip's frames are one ranged GET (first to
+last sampled frame), and a DataLoader worker opens each sample `data.read_ahead` samples before the
+decoder reaches it and starts that read in a thread, so that many requests are in flight instead of
+one (the draws of a sample's generator stay in their order: its frames, then its augmentation).
+
 What the decoding, the logging of unreadable data and the DataLoader workers have in common with
 evaluation is in `vidtx.data.loader`; a sample that fails is logged once per epoch, not every pass.
 """
@@ -22,7 +27,10 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -37,10 +45,13 @@ from vidtx.data.loader import check_shards, log_and_continue, web_loader
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import CycledSamples, PassLedger, epoch_shards
+from vidtx.data.tar_reader import MemberRange
 from vidtx.data.transforms import TrainTransform
 from vidtx.data.video import SAMPLE_ERRORS, frames_at, open_sample, sample_name
-from vidtx.locations import name_of
-from vidtx.manifest import load_manifest
+from vidtx.locations import is_remote, name_of
+from vidtx.manifest import FRAMES_MEMBER, load_manifest
+from vidtx.media.decode import Video
+from vidtx.media.frames import JpegFrames
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +77,63 @@ class TrainClip(NamedTuple):
     taken: int  # the sample's clips taken up to this one
 
 
+class _Opened(NamedTuple):
+    video: Video
+    meta: dict[str, Any]
+    indices: np.ndarray  # (repeated_sampling, T): the frames each clip takes
+
+
+@dataclass
+class _Pending:
+    """A sample on its way to the decoder: its place in the worker's stream, its generator (seeded by
+    the place: a resumed stream draws what this one drew), and what opening it gave, once opened."""
+
+    index: int
+    sample: dict[str, Any]
+    rng: np.random.Generator
+    opened: _Opened | Exception | None = None
+
+
+def _open(pending: _Pending, cfg: DataConfig, sampler: FrameSampler) -> _Opened | Exception:
+    """The sample's video and the frames its clips take (the generator's first draws)."""
+    try:
+        video, meta = open_sample(pending.sample, cfg.short_side, cfg.decode_threads, at_least=True)
+        draws = [sampler.train(video.num_frames, pending.rng) for _ in range(cfg.repeated_sampling)]
+    except SAMPLE_ERRORS as err:
+        return err
+    return _Opened(video, meta, np.stack(draws))
+
+
+def _in_a_bucket(sample: dict[str, Any]) -> bool:
+    member = sample.get(FRAMES_MEMBER)
+    return isinstance(member, MemberRange) and is_remote(member.path)
+
+
+def _read_ahead(
+    pending: Iterable[_Pending], ahead: int, opener: Callable[[_Pending], _Opened | Exception]
+) -> Iterator[_Pending]:
+    """`pending` in order, a frames-store sample in a bucket opened `ahead` samples before its turn
+    and the read of its frames started then, in a thread: `ahead` ranged GETs in flight instead of
+    one, each sample's frames waiting when the decoder comes to it."""
+    if not ahead:
+        yield from pending
+        return
+    window: deque[_Pending] = deque()
+    pool = ThreadPoolExecutor(ahead, thread_name_prefix="vidtx-read-ahead")
+    try:
+        for item in pending:
+            if _in_a_bucket(item.sample):
+                item.opened = opener(item)
+                if isinstance(item.opened, _Opened) and isinstance(item.opened.video, JpegFrames):
+                    item.opened.video.read_ahead(np.unique(item.opened.indices), pool)
+            window.append(item)
+            if len(window) > ahead:
+                yield window.popleft()
+        yield from window
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _train_clips(
     samples: Iterable[dict[str, Any]],
     cfg: DataConfig,
@@ -83,25 +151,31 @@ def _train_clips(
     sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
     transform = TrainTransform.from_config(cfg)
     failed: set[str] = set()
-    for index, sample in enumerate(samples):
-        if index < skip:
-            ledger.decoded(sample["__pass__"], 1)
-            continue
-        # a generator per sample, seeded by its place: a resumed stream draws what this one drew
-        rng = np.random.default_rng([seed, start.epoch, rank, worker, index])
-        try:
-            video, meta = open_sample(sample, cfg.short_side, cfg.decode_threads, at_least=True)
-            indices = np.stack([sampler.train(video.num_frames, rng) for _ in range(cfg.repeated_sampling)])
-            clips = [transform(frames, rng) for frames in frames_at(video, indices)]
-        except SAMPLE_ERRORS as err:
-            if (name := sample_name(sample)) not in failed:
-                failed.add(name)
-                log.warning("skipping training sample %s: %s", name, err)
-            clips = []
-        ledger.decoded(sample["__pass__"], len(clips))
+
+    def pending() -> Iterator[_Pending]:
+        for index, sample in enumerate(samples):
+            if index < skip:
+                ledger.decoded(sample["__pass__"], 1)
+                continue
+            yield _Pending(index, sample, np.random.default_rng([seed, start.epoch, rank, worker, index]))
+
+    for item in _read_ahead(pending(), cfg.read_ahead, partial(_open, cfg=cfg, sampler=sampler)):
+        opened = item.opened if item.opened is not None else _open(item, cfg, sampler)
+        clips: list[torch.Tensor] = []
+        error = opened if isinstance(opened, Exception) else None
+        if isinstance(opened, _Opened):
+            try:
+                label, key = int(opened.meta["label"]), str(opened.meta["key"])
+                clips = [transform(frames, item.rng) for frames in frames_at(opened.video, opened.indices)]
+            except SAMPLE_ERRORS as err:
+                error = err
+        if error is not None and (name := sample_name(item.sample)) not in failed:
+            failed.add(name)
+            log.warning("skipping training sample %s: %s", name, error)
+        ledger.decoded(item.sample["__pass__"], len(clips))
         for taken, clip in enumerate(clips, start=1):
-            if index > skip or taken > drop:
-                yield TrainClip(clip, int(meta["label"]), str(meta["key"]), worker, index, taken)
+            if item.index > skip or taken > drop:
+                yield TrainClip(clip, label, key, worker, item.index, taken)
 
 
 def _collate_train(batch: list[TrainClip]) -> tuple[TrainBatch, TrainClip]:

@@ -8,6 +8,7 @@ of at full size and resized afterwards.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Executor, Future
 from typing import Protocol
 
 import numpy as np
@@ -46,12 +47,25 @@ class JpegFrames:
             raise VideoDecodeError(f"frame index does not match the frames member ({stored} bytes)")
         self._data, self._offsets, self._size, self._at_least = data, offsets, size, at_least
         self.num_frames, self.fps = len(offsets) - 1, fps
+        self._ahead: tuple[list[tuple[int, int]], Future[list[bytes]]] | None = None
+
+    def _ranges(self, indices: Sequence[int]) -> list[tuple[int, int]]:
+        return [(self._offsets[i], self._offsets[i + 1]) for i in indices]
+
+    def read_ahead(self, indices: Sequence[int], pool: Executor) -> None:
+        """Start reading the JPEGs of the distinct, sorted `indices` in `pool`, where the member is
+        not in memory; `frames` of the same indices then waits for that read instead of making it."""
+        if not isinstance(self._data, bytes):
+            ranges = self._ranges([int(i) for i in indices])
+            self._ahead = (ranges, pool.submit(self._data.read_ranges, ranges))
 
     def _jpegs(self, indices: Sequence[int]) -> list[bytes | memoryview]:
-        ranges = [(self._offsets[i], self._offsets[i + 1]) for i in indices]
+        ranges = self._ranges(indices)
         if isinstance(self._data, bytes):
             view = memoryview(self._data)
             return [view[start:end] for start, end in ranges]
+        if self._ahead is not None and self._ahead[0] == ranges:
+            return list(self._ahead[1].result())
         return list(self._data.read_ranges(ranges))
 
     def _decode(self, index: int, jpeg: bytes | memoryview, out: np.ndarray | None = None) -> np.ndarray:
