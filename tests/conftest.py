@@ -28,6 +28,8 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 from media import pattern_frames  # noqa: E402
 
+from vidtx.config import ShardConfig  # noqa: E402
+
 
 @pytest.fixture
 def write_mp4() -> Callable[..., Path]:
@@ -46,7 +48,7 @@ def write_mp4() -> Callable[..., Path]:
 def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A small synthetic dataset (4 classes, 6 train and 3 val videos per class, 8 frames of 32x32)
     and its shards (5 samples per shard): (dataset folder, shard folder)."""
-    from vidtx.config import ShardConfig, SynthConfig
+    from vidtx.config import SynthConfig
     from vidtx.shard.job import shard_dataset
     from vidtx.shard.synthetic import generate_dataset
 
@@ -66,15 +68,10 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     return root / "videos", root / "shards"
 
 
-@pytest.fixture(scope="session")
-def frames_shards(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The session's synthetic dataset (32x32 videos) sharded as frames (5 samples per shard)."""
-    from vidtx.config import ShardConfig
-    from vidtx.shard.job import shard_dataset
-
+def frames_shard_config(synthetic_shards: tuple[Path, Path], output: str | Path) -> ShardConfig:
+    """The session's synthetic videos as frames-store shards (5 samples per shard) at `output`."""
     videos, _ = synthetic_shards
-    output = tmp_path_factory.mktemp("frames") / "shards"
-    config = ShardConfig(
+    return ShardConfig(
         source=videos / "annotations.csv",
         output=output,
         store="frames",
@@ -82,7 +79,15 @@ def frames_shards(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.
         max_samples_per_shard=5,
         processes=1,
     )
-    shard_dataset(config)
+
+
+@pytest.fixture(scope="session")
+def frames_shards(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's synthetic dataset (32x32 videos) sharded as frames (5 samples per shard)."""
+    from vidtx.shard.job import shard_dataset
+
+    output = tmp_path_factory.mktemp("frames") / "shards"
+    shard_dataset(frames_shard_config(synthetic_shards, output))
     return output
 
 
@@ -266,7 +271,6 @@ def bucket_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
     """The session's synthetic videos sharded into a bucket as `synthetic_shards` are on disk (video
     store, 5 samples per shard): `s3://session-shards/shards`."""
     from infra.local.s3_server import create_bucket
-    from vidtx.config import ShardConfig
     from vidtx.shard.job import shard_dataset
 
     videos, _ = synthetic_shards
@@ -274,6 +278,17 @@ def bucket_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
     shard_dataset(
         ShardConfig(source=videos / "annotations.csv", output=url, max_samples_per_shard=5, processes=1)
     )
+    return url
+
+
+@pytest.fixture(scope="session")
+def bucket_frames_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
+    """`frames_shards` in a bucket: `s3://session-frames/shards`."""
+    from infra.local.s3_server import create_bucket
+    from vidtx.shard.job import shard_dataset
+
+    url = create_bucket(s3_endpoint, "session-frames") + "/shards"
+    shard_dataset(frames_shard_config(synthetic_shards, url))
     return url
 
 

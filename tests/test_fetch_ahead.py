@@ -17,13 +17,12 @@ from infra.local.latency_proxy import latency_proxy
 from infra.local.s3_server import free_port, requests
 from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
-from vidtx.config import DataConfig, ShardConfig
+from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
 from vidtx.data.shares import epoch_shards
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import location, name_of
 from vidtx.manifest import load_manifest
-from vidtx.shard.job import shard_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -123,23 +122,11 @@ def test_two_readers_wanting_one_shard_at_once_fetch_it_once(bucket_shards: str,
 
 
 def test_the_frames_store_read_without_a_cache_keeps_read_ahead_requests_in_flight(
-    synthetic_shards: tuple[Path, Path], bucket: str, monkeypatch: pytest.MonkeyPatch
+    bucket_frames_shards: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No cache: a clip's frames are one ranged GET, and with `data.read_ahead` = 4 four of them wait
     on the bucket (50 ms away, through the latency proxy) at once, never more; the epoch's batches
     are those of reading one sample at a time."""
-    videos, _ = synthetic_shards
-    remote = f"{bucket}/frames"
-    shard_dataset(
-        ShardConfig(
-            source=videos / "annotations.csv",
-            output=remote,
-            store="frames",
-            short_side=32,
-            max_samples_per_shard=5,
-            processes=1,
-        )
-    )
     in_flight, most, lock = 0, 0, threading.Lock()
     read_range = storage.read_range
 
@@ -155,7 +142,9 @@ def test_the_frames_store_read_without_a_cache_keeps_read_ahead_requests_in_flig
                 in_flight -= 1
 
     monkeypatch.setattr(storage, "read_range", counted)
-    data = DataConfig(shards=location(remote), num_frames=4, short_side=32, crop_size=32, num_workers=0)
+    data = DataConfig(
+        shards=location(bucket_frames_shards), num_frames=4, short_side=32, crop_size=32, num_workers=0
+    )
     server_port = int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
     epochs, most_in_flight = [], []
     with latency_proxy(free_port(), server_port, 50) as slow_bucket:

@@ -25,7 +25,7 @@ from vidtx.data.loader import build_eval_loader
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import join, location, name_of, parent_of
 from vidtx.manifest import damaged_shards, find_splits, load_manifest
-from vidtx.shard.job import plan_dataset, shard_dataset
+from vidtx.shard.job import plan_dataset
 from vidtx.shard.writer import write_shard
 
 
@@ -69,27 +69,16 @@ def test_the_loaders_read_a_bucket_as_they_read_a_disk(
     synthetic_shards: tuple[Path, Path],
     frames_shards: Path,
     bucket_shards: str,
-    bucket: str,
+    bucket_frames_shards: str,
     s3_log: Path,
     store: str,
 ) -> None:
     """The same views from a bucket as from disk; a frames-store clip costs one ranged request (its
     tar's `MemberIndex` gives the frames' bytes), a video-store tar one streamed request."""
-    videos, local = synthetic_shards
+    _, local = synthetic_shards
+    remote = bucket_shards
     if store == "frames":
-        local, remote = frames_shards, f"{bucket}/frames"
-        shard_dataset(
-            ShardConfig(
-                source=videos / "annotations.csv",
-                output=remote,
-                store="frames",
-                short_side=32,
-                max_samples_per_shard=5,
-                processes=1,
-            )
-        )
-    else:
-        remote = bucket_shards
+        local, remote = frames_shards, bucket_frames_shards
     data = DataConfig(shards=local, num_frames=4, short_side=32, crop_size=32, num_workers=0)
     batches = [
         list(build_eval_loader(config, "val", batch_size=4, num_clips=2))
