@@ -6,8 +6,9 @@ into place (a reader never takes a part for a whole one). One process of the nod
 while the others that want it wait on its lock file and then find it cached. Later reads are local:
 random access, `pread` of the sampled frames. A cached tar keeps its object's modification time as
 its own (as `rsync -t` does), and is used only while the object's size and modification time are
-still those: a shard rewritten in place, even with the same size, is fetched again. The time a tar was last used is its access time: the least recently used tars are
-removed once the folder holds more than its limit (the tar just fetched is never removed).
+still those: a shard rewritten in place, even with the same size, is fetched again. The time a tar
+was last used is its access time: the least recently used tars are removed once the folder holds
+more than its limit (the tar just fetched is never removed).
 """
 
 from __future__ import annotations

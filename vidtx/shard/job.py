@@ -106,8 +106,10 @@ def write_on_ray(specs: list[ShardSpec], cfg: ShardConfig) -> list[ShardResult]:
             max_retries=NODE_LOSS_RETRIES,
             scheduling_strategy="SPREAD",  # over the nodes, not the driver's first
         )
-        config = ray.put(cfg)
-        pending = [write.remote(spec, config) for spec in specs]
+        # the config goes into each task (a small argument, inlined), not into the object store: a
+        # task on a node that dies while it fetched a stored argument failed with OwnerDiedError (an
+        # error of the task, not retried) although the driver, its owner, was alive
+        pending = [write.remote(spec, cfg) for spec in specs]
         try:
             return list(track(_as_completed(pending), "shards", total=len(specs)))
         finally:
