@@ -82,7 +82,7 @@ def test_experiments_are_marked_as_model_training_so_the_ui_opens_on_their_runs(
     assert client.get_experiment(chosen).tags[EXPERIMENT_KIND_TAG] == "finetuning"
 
 
-def test_rank_zero_metrics_do_not_log_a_step_twice(tracking_uri: str) -> None:
+def test_rank_zero_metrics_do_not_log_a_step_twice_nor_end_the_run(tracking_uri: str) -> None:
     client = connect(tracking_uri)
     run_id = start_or_resume_run(client, PipelineConfig(), "r")
     environment = os.environ.get("MLFLOW_TRACKING_URI")
@@ -91,6 +91,7 @@ def test_rank_zero_metrics_do_not_log_a_step_twice(tracking_uri: str) -> None:
     for step in (10, 20, 30):
         metrics.log({STEP_METRIC: float(step)}, step)
     metrics.close()
+    assert client.get_run(run_id).info.status == "RUNNING"  # how the training ended is the driver's to say
     resumed = RankZeroMetrics(0, tracking_uri, run_id)  # restarted from a checkpoint at step 20
     for step in (30, 40):
         resumed.log({STEP_METRIC: -1.0 * step}, step)
