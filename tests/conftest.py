@@ -47,6 +47,13 @@ def write_mp4() -> Callable[..., Path]:
     return write
 
 
+@pytest.fixture
+def single_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loader built in the test process is rank 0 of 1, whatever a Ray worker's environment says."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
 @pytest.fixture(scope="session")
 def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A small synthetic dataset (4 classes, 6 train and 3 val videos per class, 8 frames of 32x32)

@@ -28,12 +28,6 @@ from vidtx.manifest import Manifest, ShardInfo, content_hash, load_manifest
 # --- the loaders: decode failures are skipped and logged, odd videos decode and crop ----------------
 
 
-@pytest.fixture
-def single_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-
-
 def loader_config(shards: Path) -> DataConfig:
     return DataConfig(
         shards=shards, num_frames=8, short_side=32, crop_size=28, num_workers=0, shuffle_buffer=4

@@ -21,12 +21,6 @@ from vidtx.data.train_loader import build_train_loader
 from vidtx.manifest import Manifest, ShardInfo, content_hash
 
 
-@pytest.fixture
-def single_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-
-
 def data_config(shards: Path, **changes: object) -> DataConfig:
     fields = {
         "shards": shards,

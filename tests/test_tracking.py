@@ -151,7 +151,9 @@ def test_a_run_records_its_splits_as_mlflow_dataset_inputs_once(
     run_id = start_or_resume_run(client, load_config(None, []), "with-data")
     splits = {"training": load_manifest(shards, "train"), "validation": load_manifest(shards, "val")}
     for _ in range(2):  # a resumed run logs them again: nothing is added
-        log_dataset_inputs(client, run_id, shards, splits)
+        log_dataset_inputs(
+            client, run_id, [(context, shards, manifest) for context, manifest in splits.items()]
+        )
     inputs = client.get_run(run_id).inputs.dataset_inputs
     assert sorted((i.tags[0].key, i.tags[0].value) for i in inputs) == [
         ("mlflow.data.context", "training"),

@@ -27,7 +27,7 @@ from sockets import exposed, listening_sockets, process_tree
 from training_runs import history, run_config
 
 from vidtx import storage
-from vidtx.config import ConfigError, PipelineConfig, ShardConfig, dump_config, load_config
+from vidtx.config import ConfigError, PipelineConfig, ShardConfig, SourceConfig, dump_config, load_config
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.data.train_loader import build_train_loader
 from vidtx.eval.evaluate import predict_split
@@ -177,14 +177,16 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
     tmp_path: Path,
     bucket: str,
     bucket_shards: str,
+    bucket_frames_shards: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A worker SIGKILLed mid-run: Ray Train restarts the group, which resumes from the latest
     registered checkpoint, where each rank is in its epoch: from there on it trains on exactly the
     samples an uninterrupted run would have (2 ranks, 2 DataLoader workers each). The workers read
-    their shards from a bucket of the session's S3 server and keep the checkpoints in one (nothing of
-    either on local disk; ZeRO-1, fp32), and the consolidated checkpoint, evaluated from the bucket,
-    reproduces the engine's last validation loss."""
+    two sources mixed by weight from buckets of the session's S3 server (the video store and the
+    frames store) and keep the checkpoints in one (nothing of either on local disk; ZeRO-1, fp32);
+    the run records both sources as dataset inputs, and the consolidated checkpoint, evaluated from
+    the bucket, reproduces the engine's last validation loss."""
     # the fewest steps that prove the resume: epochs of 6 batches, checkpoints every 3 (the first in
     # the middle of an epoch, after an odd number of batches), the kill once step 4 is logged and a
     # checkpoint registered
@@ -192,7 +194,7 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
         tiny_dataset,
         tmp_path,
         max_steps=12,
-        micro_batch_size=2,
+        micro_batch_size=4,  # 2 sources of 24 samples: epochs of 6 batches
         checkpoint_every=3,
         max_failures=1,
         precision="fp32",
@@ -200,6 +202,10 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
         sample_log=tmp_path / "samples",
     )
     config.data.shards = location(bucket_shards)
+    config.data.sources = [
+        SourceConfig(shards=config.data.shards),
+        SourceConfig(shards=bucket_frames_shards, weight=2),
+    ]
     config.data.num_workers = 2
     config.train.storage_path = f"{bucket}/runs"
     killed: list[int] = []
@@ -222,6 +228,12 @@ def test_killed_worker_restarts_from_the_latest_checkpoint(
     assert history(result, "train/samples_seen")[12] == 12 * 2 * config.train.micro_batch_size
     client = MlflowClient(result.tracking_uri)
     assert len(client.search_runs([client.get_run(result.mlflow_run_id).info.experiment_id])) == 1
+    inputs = client.get_run(result.mlflow_run_id).inputs.dataset_inputs
+    assert sorted((i.tags[0].value, json.loads(i.dataset.source)["uri"]) for i in inputs) == [
+        ("training", f"{bucket_frames_shards}/train.manifest.json"),
+        ("training", f"{bucket_shards}/train.manifest.json"),
+        ("validation", f"{bucket_shards}/val.manifest.json"),
+    ]
     assert result.checkpoint.startswith(f"{bucket}/runs/killed/checkpoint-")
     assert not (tmp_path / "ray").exists()
     run = MlflowClient(result.tracking_uri).get_run(result.mlflow_run_id)

@@ -216,6 +216,12 @@ def load_manifest(shards_dir: Location, split: str) -> Manifest:
     return manifest
 
 
+def merged_class_names(manifests: Iterable[Manifest]) -> list[str]:
+    """The label set of several splits trained on together: their class names merged, in the order
+    they first appear (split after split, each in its label-id order)."""
+    return list(dict.fromkeys(name for manifest in manifests for name in manifest.class_names))
+
+
 def find_splits(shards_dir: Location) -> list[str]:
     """Splits that have a manifest in `shards_dir`."""
     return [name.removesuffix(MANIFEST_SUFFIX) for name in storage.names(shards_dir, MANIFEST_SUFFIX)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from vidtx.config import ConfigError, ModelConfig, PipelineConfig
-from vidtx.manifest import load_manifest
+from vidtx.manifest import load_manifest, merged_class_names
 from vidtx.markdown import markdown_table
 from vidtx.models import (
     VideoTransformer,
@@ -44,10 +44,11 @@ def build_model(cfg: ModelConfig, *, num_classes: int, num_frames: int, img_size
 
 
 def model_for(config: PipelineConfig, num_classes: int | None = None) -> VideoTransformer:
-    """The model `config` trains, with `num_classes` classes (default: as many as its training split's
-    manifest names)."""
+    """The model `config` trains, with `num_classes` classes (default: as many as its training data's
+    sources name together)."""
     data = config.data
-    num_classes = num_classes or load_manifest(data.shards, data.train_split).num_classes
+    splits = (load_manifest(source.shards, data.train_split) for source in data.training_sources())
+    num_classes = num_classes or len(merged_class_names(splits))
     return build_model(
         config.model, num_classes=num_classes, num_frames=data.num_frames, img_size=data.crop_size
     )

@@ -10,6 +10,7 @@ from vidtx.config.data import (
     ReencodeConfig,
     SamplingMode,
     ShardConfig,
+    SourceConfig,
     SynthConfig,
 )
 from vidtx.config.loading import (
@@ -66,6 +67,7 @@ __all__ = [
     "ScheduleConfig",
     "SchedulerConfig",
     "ShardConfig",
+    "SourceConfig",
     "StorageConfig",
     "StrictModel",
     "SweepConfig",

@@ -28,4 +28,6 @@ def _absolute_paths(value: Any) -> Any:
         return value.expanduser().absolute()
     if isinstance(value, dict):
         return {key: _absolute_paths(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_absolute_paths(item) for item in value]
     return value

@@ -15,6 +15,7 @@ SamplingMode = Literal["segment", "dense"]
 Store = Literal["video", "frames"]
 ShardExecutor = Literal["processes", "ray"]
 CropMode = Literal["random_resized", "scale_jitter"]
+Balance = Literal["none", "classes"]
 
 
 class ReencodeConfig(StrictModel):
@@ -162,6 +163,17 @@ class RandAugmentConfig(StrictModel):
     num_ops: int = Field(4, ge=1, le=8, description="Operations applied to each clip, drawn uniformly.")
 
 
+class SourceConfig(StrictModel):
+    """One entry of data.sources: a shard set whose training split is mixed in, and its weight."""
+
+    shards: StorageLocation = Field(
+        description="Folder or bucket prefix (s3://, gs://) written by vidtx shard."
+    )
+    weight: float = Field(
+        1.0, gt=0, description="Its share of the training samples, against the others' weights."
+    )
+
+
 class DataConfig(StrictModel):
     """`data`: reading shards into uint8 clip batches (B, T, H, W, C), normalised on the device.
 
@@ -172,6 +184,16 @@ class DataConfig(StrictModel):
 
     shards: StorageLocation = Field(
         Path("data/shards"), description="Folder or bucket prefix (s3://, gs://) written by `vidtx shard`."
+    )
+    sources: list[SourceConfig] = Field(
+        default_factory=list,
+        description="Shard sets whose training splits are mixed by weight, labels merged by class name "
+        "(empty: `shards` alone); validation and evaluation read `shards`.",
+    )
+    balance: Balance = Field(
+        "none",
+        description="classes: training draws every class equally often (samples of frequent classes are "
+        "passed over); none: as often as the sources have them.",
     )
     train_split: str = Field("train", description="Split trained on.")
     val_split: str = Field("val", description="Split of the validation passes.")
@@ -230,6 +252,18 @@ class DataConfig(StrictModel):
         "reads ahead of the decoder, one ranged GET each (0: one sample at a time; 2: measured best of 0-16).",
     )
     repeated_sampling: int = Field(1, ge=1, description="Clips drawn from one decoded video.")
+
+    def training_sources(self) -> list[SourceConfig]:
+        """The shard sets training reads: `sources`, else `shards` alone."""
+        return self.sources or [SourceConfig(shards=self.shards)]
+
+    @field_validator("sources")
+    @classmethod
+    def _distinct_sources(cls, sources: list[SourceConfig]) -> list[SourceConfig]:
+        seen = [str(source.shards) for source in sources]
+        if repeated := sorted({shards for shards in seen if seen.count(shards) > 1}):
+            raise ValueError(f"{', '.join(repeated)} given more than once: give a source one weight")
+        return sources
 
     @field_validator("crop_size")
     @classmethod

@@ -96,10 +96,11 @@ class FetchAhead:
             held += size
 
 
-def fetch_settings(cfg: DataConfig, manifest: Manifest) -> FetchSettings:
-    """How each DataLoader worker of this rank fetches ahead: its share of the cache is the cache's
-    limit over the node's fetching processes (its ranks, LOCAL_WORLD_SIZE, times their workers)."""
-    fetchers = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) * max(1, cfg.num_workers)
+def fetch_settings(cfg: DataConfig, manifest: Manifest, sources: int = 1) -> FetchSettings:
+    """How each DataLoader worker of this rank fetches ahead from one of `sources` shard sets: its
+    share of the cache is the cache's limit over the node's fetchers (its ranks, LOCAL_WORLD_SIZE,
+    times their workers, times the sources each worker reads)."""
+    fetchers = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) * max(1, cfg.num_workers) * sources
     return FetchSettings(
         ahead=cfg.fetch_ahead,
         requests=cfg.fetch_requests,

@@ -19,7 +19,7 @@ no decoder or thread state.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -30,6 +30,7 @@ from vidtx import storage
 from vidtx.cache import shard_cache
 from vidtx.config import DataConfig
 from vidtx.data.shares import EvalSamples
+from vidtx.data.sources import relabelled
 from vidtx.data.video import SAMPLE_ERRORS, open_sample, sample_name, test_views
 from vidtx.locations import Location
 from vidtx.manifest import Manifest, damaged_shards, load_manifest
@@ -48,17 +49,19 @@ def log_and_continue(err: Exception) -> bool:
 
 
 def _eval_views(
-    samples: Iterable[dict[str, Any]], cfg: DataConfig, num_clips: int, num_crops: int
+    samples: Iterable[dict[str, Any]], cfg: DataConfig, num_clips: int, num_crops: int, labels: list[int]
 ) -> Iterator[tuple[torch.Tensor, int, str]]:
-    """All test views of each video, uint8 (clips * crops, T, H, W, C), with its label and source key."""
+    """All test views of each video, uint8 (clips * crops, T, H, W, C), with its label (the split's
+    label id through `labels`) and source key."""
     for sample in samples:
         try:
             video, meta = open_sample(sample, cfg.crop_size, cfg.decode_threads)
             views = test_views(video, cfg, num_clips, num_crops)
-        except SAMPLE_ERRORS as err:
+            label = labels[int(meta["label"])]
+        except (*SAMPLE_ERRORS, IndexError) as err:
             log.warning("skipping evaluation sample %s: %s", sample_name(sample), err)
             continue
-        yield views, int(meta["label"]), str(meta["key"])
+        yield views, label, str(meta["key"])
 
 
 def _collate_eval(batch: list[tuple[torch.Tensor, int, str]]) -> EvalBatch:
@@ -95,17 +98,21 @@ def build_eval_loader(
     num_crops: int = 1,
     rank: int | None = None,
     world_size: int | None = None,
+    class_names: Sequence[str] | None = None,
 ) -> wds.WebLoader:
     """Evaluation batches (views uint8 (B, V, T, H, W, C) with V = clips x crops, labels (B,), source
-    keys); `rank`/`world_size` default to RANK / WORLD_SIZE or the torch.distributed group."""
-    urls = load_manifest(cfg.shards, split).shard_urls()
+    keys); `rank`/`world_size` default to RANK / WORLD_SIZE or the torch.distributed group. Labels
+    index `class_names` (the model's; default: the split's own)."""
+    manifest = load_manifest(cfg.shards, split)
+    labels = relabelled(manifest, class_names if class_names is not None else manifest.class_names)
+    urls = manifest.shard_urls()
     if rank is None or world_size is None:
         # Resolved here, in the evaluating process: DataLoader workers see no torch.distributed group
         # (and, under forkserver, only the environment the server started with).
         rank, world_size, _, _ = wds.utils.pytorch_worker_info()
     dataset = wds.DataPipeline(
         EvalSamples(urls, rank, world_size, log_and_continue, shard_cache(cfg)),
-        partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops),
+        partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops, labels=labels),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )
     return web_loader(dataset, cfg.num_workers)

@@ -10,9 +10,9 @@ shuffling but decoding nothing before it, so the rest of the epoch is the clips 
 would have seen, in the same order.
 
 The stream also depends on settings: the world size, DataLoader workers, batch size, seed, shuffle
-buffer, clips per video and the split's samples (`StreamSettings`). A position taken with other
-settings cannot be replayed: the run then goes on with the next epoch, a fresh seeded stream, and
-says so.
+buffer, clips per video, the split's samples, the sources mixed and the class balance
+(`StreamSettings`). A position taken with other settings cannot be replayed: the run then goes on
+with the next epoch, a fresh seeded stream, and says so.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class StreamSettings(BaseModel):
     shuffle_buffer: int = Field(description="data.shuffle_buffer")
     repeated_sampling: int = Field(description="data.repeated_sampling")
     split_samples: int = Field(description="the training split's samples")
+    sources: list[tuple[str, float]] = Field(default_factory=list, description="data.sources")
+    balance: str = Field("none", description="data.balance")
 
     def changes_from(self, other: StreamSettings) -> str:
         """`setting a -> b` for each that differs from `other`'s, named as the config names it."""

@@ -5,6 +5,7 @@ draws alike (`epoch_shards`), and each rank reads its own pass after pass (`Cycl
 many batches as the epoch has. A pass that gives the decoder not one clip (no sample at all, or only
 samples that fail to decode: a tar cut anywhere in its first sample) is an error naming the shards
 (`PassLedger`): the next pass would read the same bytes, so the loader would wait for a batch forever.
+Several sources (`data.sources`) are one stream per source, mixed by weight (`MixedSamples`).
 
 Evaluation: every sample of the split exactly once over all ranks (`EvalSamples`). Whole shards are
 dealt round-robin while each rank gets one; the shards left over (fewer than the ranks, e.g. the one
@@ -15,8 +16,9 @@ as many samples as ranks (validation's all-reduce needs every rank anyway: an id
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,7 @@ import webdataset as wds
 
 from vidtx.cache import ShardCache
 from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
+from vidtx.data.sources import TrainingData
 from vidtx.data.tar_reader import tar_samples
 from vidtx.locations import is_remote, name_of, parent_of
 
@@ -74,6 +77,11 @@ class PassLedger:
         if not samples:
             raise UnreadableShardsError(unreadable)
         self._samples[number], self._unreadable = samples, unreadable
+
+    def passed_over(self, number: int) -> None:
+        """A sample of pass `number` was passed over undecoded (class balance, or a resumed stream
+        before its place): it counts as readable."""
+        self.decoded(number, 1)
 
     def decoded(self, number: int, clips: int) -> None:
         """A sample of pass `number` gave `clips` clips (0: it failed to decode)."""
@@ -135,6 +143,42 @@ class CycledSamples(torch.utils.data.IterableDataset):
         finally:
             if fetcher is not None:
                 fetcher.close()
+
+
+class MixedSamples(torch.utils.data.IterableDataset):
+    """One DataLoader worker's stream of samples from several sources' `CycledSamples`, each sample
+    drawn from a source by weight and tagged with it (`__source__`); with `keep` ((classes,) the
+    chance that a sample of each merged class stays), samples are passed over to balance classes.
+    One source without `keep` is its stream unchanged: no draw is made."""
+
+    def __init__(
+        self, streams: Sequence[CycledSamples], data: TrainingData, seed: int, keep: np.ndarray | None
+    ) -> None:
+        self.streams, self.data, self.seed, self.keep = list(streams), data, seed, keep
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        _, _, worker, _ = wds.utils.pytorch_worker_info()
+        rng = np.random.default_rng([self.seed, worker, len(self.streams)])
+        samples = [iter(stream) for stream in self.streams]
+        weights = self.data.weights
+        while True:
+            source = int(rng.choice(len(samples), p=weights)) if len(samples) > 1 else 0
+            sample = next(samples[source])
+            if self.keep is not None:
+                label = _label(sample, self.data.sources[source].labels)
+                if label is not None and rng.random() >= self.keep[label]:
+                    self.streams[source].ledger.passed_over(sample["__pass__"])
+                    continue
+            yield sample | {"__source__": source}
+
+
+def _label(sample: dict[str, Any], labels: tuple[int, ...]) -> int | None:
+    """The sample's merged label, from its metadata; None where that cannot be read (the decoder
+    reports the sample)."""
+    try:
+        return labels[int(json.loads(sample["json"])["label"])]
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
 
 
 class EvalSamples(torch.utils.data.IterableDataset):

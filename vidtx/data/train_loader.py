@@ -1,10 +1,11 @@
 """Shards to training batches: one instance per Ray Train worker (RANK / WORLD_SIZE come from the
 environment).
 
-    this rank's shards of the epoch (cycled, split by DataLoader worker) -> tar samples -> shuffle
-    buffer -> decode once, sample k clips, augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
+    per source: this rank's shards of the epoch (cycled, split by DataLoader worker) -> tar samples
+    -> mixed by weight (`vidtx.data.sources`) -> shuffle buffer -> decode once, sample k clips,
+    augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
 
-Each epoch the shards are dealt out to the ranks (`vidtx.data.shares`: disjoint sets that together
+Each epoch each source's shards are dealt out to the ranks (`vidtx.data.shares`: disjoint sets that together
 are the whole split, on one node or many; with fewer shards than ranks every rank reads all of
 them). A rank cycles through its own shards for exactly `ceil(num_samples / world_size / batch_size)`
 batches, so ranks stay in lock-step for collectives however the shards' sizes differ; a pass over
@@ -13,10 +14,8 @@ with the next epoch; a loader built with `epoch=e` replays epoch e exactly. Wher
 its epoch is the loader's state (`state_dict`, `vidtx.data.position`): a checkpoint keeps it, and a
 resumed run's loader goes on with exactly the clips an uninterrupted run would have seen.
 
-Frames-store shards in a bucket read without a cache: a clip's frames are one ranged GET (first to
-last sampled frame), and a DataLoader worker opens each sample `data.read_ahead` samples before the
-decoder reaches it and starts that read in a thread, so that many requests are in flight instead of
-one (the draws of a sample's generator stay in their order: its frames, then its augmentation).
+Frames-store shards in a bucket read without a cache: each DataLoader worker reads samples' frames
+ahead of the decoder (`vidtx.data.read_ahead`).
 
 What the decoding, the logging of unreadable data and the DataLoader workers have in common with
 evaluation is in `vidtx.data.loader`; a sample that fails is logged once per epoch, not every pass.
@@ -27,10 +26,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -43,15 +39,13 @@ from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import fetch_settings
 from vidtx.data.loader import check_shards, log_and_continue, web_loader
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
+from vidtx.data.read_ahead import Opened, Pending, open_pending, read_ahead
 from vidtx.data.sampling import FrameSampler
-from vidtx.data.shares import CycledSamples, PassLedger, epoch_shards
-from vidtx.data.tar_reader import MemberRange
+from vidtx.data.shares import CycledSamples, MixedSamples, PassLedger, epoch_shards
+from vidtx.data.sources import TrainingData, TrainingSource, training_data
 from vidtx.data.transforms import TrainTransform
-from vidtx.data.video import SAMPLE_ERRORS, frames_at, open_sample, sample_name
-from vidtx.locations import is_remote, name_of
-from vidtx.manifest import FRAMES_MEMBER, load_manifest
-from vidtx.media.decode import Video
-from vidtx.media.frames import JpegFrames
+from vidtx.data.video import SAMPLE_ERRORS, frames_at, sample_name
+from vidtx.locations import name_of
 
 log = logging.getLogger(__name__)
 
@@ -77,73 +71,18 @@ class TrainClip(NamedTuple):
     taken: int  # the sample's clips taken up to this one
 
 
-class _Opened(NamedTuple):
-    video: Video
-    meta: dict[str, Any]
-    indices: np.ndarray  # (repeated_sampling, T): the frames each clip takes
-
-
-@dataclass
-class _Pending:
-    """A sample on its way to the decoder: its place in the worker's stream, its generator (seeded by
-    the place: a resumed stream draws what this one drew), and what opening it gave, once opened."""
-
-    index: int
-    sample: dict[str, Any]
-    rng: np.random.Generator
-    opened: _Opened | Exception | None = None
-
-
-def _open(pending: _Pending, cfg: DataConfig, sampler: FrameSampler) -> _Opened | Exception:
-    """The sample's video and the frames its clips take (the generator's first draws)."""
-    try:
-        video, meta = open_sample(pending.sample, cfg.short_side, cfg.decode_threads, at_least=True)
-        draws = [sampler.train(video.num_frames, pending.rng) for _ in range(cfg.repeated_sampling)]
-    except SAMPLE_ERRORS as err:
-        return err
-    return _Opened(video, meta, np.stack(draws))
-
-
-def _in_a_bucket(sample: dict[str, Any]) -> bool:
-    member = sample.get(FRAMES_MEMBER)
-    return isinstance(member, MemberRange) and is_remote(member.path)
-
-
-def _read_ahead(
-    pending: Iterable[_Pending], ahead: int, opener: Callable[[_Pending], _Opened | Exception]
-) -> Iterator[_Pending]:
-    """`pending` in order, a frames-store sample in a bucket opened `ahead` samples before its turn
-    and the read of its frames started then, in a thread: `ahead` ranged GETs in flight instead of
-    one, each sample's frames waiting when the decoder comes to it."""
-    if not ahead:
-        yield from pending
-        return
-    window: deque[_Pending] = deque()
-    pool = ThreadPoolExecutor(ahead, thread_name_prefix="vidtx-read-ahead")
-    try:
-        for item in pending:
-            if _in_a_bucket(item.sample):
-                item.opened = opener(item)
-                if isinstance(item.opened, _Opened) and isinstance(item.opened.video, JpegFrames):
-                    item.opened.video.read_ahead(np.unique(item.opened.indices), pool)
-            window.append(item)
-            if len(window) > ahead:
-                yield window.popleft()
-        yield from window
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
 def _train_clips(
     samples: Iterable[dict[str, Any]],
     cfg: DataConfig,
     seed: int,
     rank: int,
-    ledger: PassLedger,
+    data: TrainingData,
+    ledgers: list[PassLedger],
     start: EpochPosition,
 ) -> Iterator[TrainClip]:
-    """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips of it; what each
-    sample gave goes into `ledger`. A sample that fails is logged once, not every pass. The worker's
+    """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips of it, labelled
+    in `data`'s merged label set; what each sample gave goes into its source's ledger. A sample that
+    fails is logged once, not every pass. The worker's
     stream starts where `start` has it: the samples before are passed over undecoded (they were
     judged by the ledger of the run that took them), and the clips taken of the next one dropped."""
     worker = _dataloader_worker()
@@ -152,27 +91,28 @@ def _train_clips(
     transform = TrainTransform.from_config(cfg)
     failed: set[str] = set()
 
-    def pending() -> Iterator[_Pending]:
+    def pending() -> Iterator[Pending]:
         for index, sample in enumerate(samples):
             if index < skip:
-                ledger.decoded(sample["__pass__"], 1)
+                ledgers[sample["__source__"]].passed_over(sample["__pass__"])
                 continue
-            yield _Pending(index, sample, np.random.default_rng([seed, start.epoch, rank, worker, index]))
+            yield Pending(index, sample, np.random.default_rng([seed, start.epoch, rank, worker, index]))
 
-    for item in _read_ahead(pending(), cfg.read_ahead, partial(_open, cfg=cfg, sampler=sampler)):
-        opened = item.opened if item.opened is not None else _open(item, cfg, sampler)
+    for item in read_ahead(pending(), cfg.read_ahead, partial(open_pending, cfg=cfg, sampler=sampler)):
+        opened = item.opened if item.opened is not None else open_pending(item, cfg, sampler)
         clips: list[torch.Tensor] = []
         error = opened if isinstance(opened, Exception) else None
-        if isinstance(opened, _Opened):
+        if isinstance(opened, Opened):
             try:
-                label, key = int(opened.meta["label"]), str(opened.meta["key"])
+                label = data.sources[item.sample["__source__"]].labels[int(opened.meta["label"])]
+                key = str(opened.meta["key"])
                 clips = [transform(frames, item.rng) for frames in frames_at(opened.video, opened.indices)]
-            except SAMPLE_ERRORS as err:
+            except (*SAMPLE_ERRORS, IndexError) as err:
                 error = err
         if error is not None and (name := sample_name(item.sample)) not in failed:
             failed.add(name)
             log.warning("skipping training sample %s: %s", name, error)
-        ledger.decoded(item.sample["__pass__"], len(clips))
+        ledgers[item.sample["__source__"]].decoded(item.sample["__pass__"], len(clips))
         for taken, clip in enumerate(clips, start=1):
             if item.index > skip or taken > drop:
                 yield TrainClip(clip, label, key, worker, item.index, taken)
@@ -192,11 +132,13 @@ class TrainLoader:
 
     def __init__(self, cfg: DataConfig, batch_size: int, seed: int, epoch: int) -> None:
         self.cfg, self.batch_size, self.seed = cfg, batch_size, seed
-        self.manifest = load_manifest(cfg.shards, cfg.train_split)
-        check_shards(self.manifest, cfg.shards)
+        self.data = training_data(cfg)
+        for source in self.data.sources:
+            check_shards(source.manifest, source.shards)
+        self.keep = self.data.keep_probabilities() if cfg.balance == "classes" else None
         # Resolved here, in the training process: DataLoader workers see no torch.distributed group.
         self.rank, self.world_size, _, _ = wds.utils.pytorch_worker_info()
-        self.batches_per_epoch = math.ceil(self.manifest.num_samples / self.world_size / batch_size)
+        self.batches_per_epoch = math.ceil(self.data.num_samples / self.world_size / batch_size)
         self.stream = StreamSettings(
             world_size=self.world_size,
             dataloader_workers=cfg.num_workers,
@@ -204,7 +146,9 @@ class TrainLoader:
             seed=seed,
             shuffle_buffer=cfg.shuffle_buffer,
             repeated_sampling=cfg.repeated_sampling,
-            split_samples=self.manifest.num_samples,
+            split_samples=self.data.num_samples,
+            sources=[(str(source.shards), source.weight) for source in cfg.sources],
+            balance=cfg.balance,
         )
         self.start_epoch(epoch)
 
@@ -242,31 +186,25 @@ class TrainLoader:
 
     def __iter__(self) -> Iterator[TrainBatch]:
         start = self.position
-        shards = epoch_shards(self.manifest.shard_urls(), self.seed, start.epoch, self.rank, self.world_size)
-        log.info(
-            "rank %d/%d epoch %d reads shards %s%s",
-            self.rank,
-            self.world_size,
-            start.epoch,
-            ",".join(name_of(url) for url in shards),
-            f" from batch {start.batches}" if start.batches else "",
-        )
         stream_seed = wds.utils.make_seed(self.seed, start.epoch, self.rank)
-        ledger = PassLedger()
+        streams = [
+            self._source_stream(source, start.epoch, stream_seed + index)
+            for index, source in enumerate(self.data.sources)
+        ]
         dataset = wds.DataPipeline(
-            CycledSamples(
-                shards,
-                stream_seed,
-                self.rank,
-                log_and_continue,
-                ledger,
-                shard_cache(self.cfg),
-                fetch_settings(self.cfg, self.manifest),
-            ),
+            MixedSamples(streams, self.data, stream_seed, self.keep),
             wds.detshuffle(
                 self.cfg.shuffle_buffer, initial=self.cfg.shuffle_buffer, seed=self.seed + start.epoch
             ),
-            partial(_train_clips, cfg=self.cfg, seed=self.seed, rank=self.rank, ledger=ledger, start=start),
+            partial(
+                _train_clips,
+                cfg=self.cfg,
+                seed=self.seed,
+                rank=self.rank,
+                data=self.data,
+                ledgers=[stream.ledger for stream in streams],
+                start=start,
+            ),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
         )
         workers = max(1, self.cfg.num_workers)
@@ -286,6 +224,23 @@ class TrainLoader:
             )
             yield batch
         self.start_epoch(start.epoch + 1)
+
+    def _source_stream(self, source: TrainingSource, epoch: int, seed: int) -> CycledSamples:
+        """The samples of this rank's shards of `source` in `epoch`, pass after pass."""
+        shards = epoch_shards(source.manifest.shard_urls(), self.seed, epoch, self.rank, self.world_size)
+        log.info(
+            "rank %d/%d epoch %d reads shards %s of %s%s",
+            self.rank,
+            self.world_size,
+            epoch,
+            ",".join(name_of(url) for url in shards),
+            source.shards,
+            f" from batch {self.position.batches}" if self.position.batches else "",
+        )
+        fetch = fetch_settings(self.cfg, source.manifest, len(self.data.sources))
+        return CycledSamples(
+            shards, seed, self.rank, log_and_continue, PassLedger(), shard_cache(self.cfg), fetch
+        )
 
 
 def build_train_loader(cfg: DataConfig, *, batch_size: int, seed: int, epoch: int = 0) -> TrainLoader:

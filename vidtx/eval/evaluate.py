@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import ray
@@ -81,9 +82,10 @@ def predict_split(
     rank: int = 0,
     world_size: int = 1,
     expected_videos: int | None = None,
+    class_names: Sequence[str] | None = None,
 ) -> ViewLogits:
-    """Per-view logits for this rank's share of the split's shards; with a progress bar over
-    `expected_videos` when given."""
+    """Per-view logits for this rank's share of the split's shards, labels indexing `class_names` (the
+    model's; default: the split's); with a progress bar over `expected_videos` when given."""
     model.eval()
     loader = build_eval_loader(
         data,
@@ -93,6 +95,7 @@ def predict_split(
         num_crops=num_crops,
         rank=rank,
         world_size=world_size,
+        class_names=class_names,
     )
     logits, labels, keys = [], [], []
     batches = (
@@ -116,17 +119,26 @@ def _predict_remote(model: nn.Module, data: DataConfig, split: str, kwargs: dict
     return predict_split(model, data, split, **kwargs)
 
 
-def evaluate(model: nn.Module, manifest: Manifest, data: DataConfig, eval_cfg: EvalConfig) -> EvalResult:
-    """Evaluate `model` on the split `manifest` describes with the views of `eval_cfg`, in one process
-    when `eval_cfg.num_workers == 1`, else over that many Ray tasks (shards split between them).
+def evaluate(
+    model: nn.Module,
+    manifest: Manifest,
+    data: DataConfig,
+    eval_cfg: EvalConfig,
+    class_names: Sequence[str] | None = None,
+) -> EvalResult:
+    """Evaluate `model`, whose logits are `class_names` (default: the split's classes), on the split
+    `manifest` describes with the views of `eval_cfg`, in one process when `eval_cfg.num_workers == 1`,
+    else over that many Ray tasks (shards split between them).
 
     `data` says how clips are made (frames, sampling, crop size, normalisation) and where the shards are.
     """
     split = manifest.split
+    class_names = list(class_names if class_names is not None else manifest.class_names)
     kwargs = {
         "num_clips": eval_cfg.num_clips,
         "num_crops": eval_cfg.num_crops,
         "batch_size": eval_cfg.batch_size,
+        "class_names": class_names,
     }
     if eval_cfg.num_workers == 1:
         outputs = predict_split(model, data, split, **kwargs, expected_videos=manifest.num_samples)
@@ -150,7 +162,7 @@ def evaluate(model: nn.Module, manifest: Manifest, data: DataConfig, eval_cfg: E
         loss=video_loss(outputs.logits, outputs.labels),
         num_videos=len(outputs.keys),
         num_skipped=manifest.num_samples - len(outputs.keys),
-        class_names=manifest.class_names,
+        class_names=class_names,
         manifest_hash=manifest.content_hash,
     )
     logger.info(

@@ -6,7 +6,7 @@ from vidtx.config import PipelineConfig
 from vidtx.eval.evaluate import EvalResult, evaluate
 from vidtx.eval.report import render_results
 from vidtx.stages.register import register_trained
-from vidtx.stages.trained_model import TrainedRun, find_trained_run, load_trained_model
+from vidtx.stages.trained_model import TrainedRun, find_trained_run, trained_model
 from vidtx.tracking.evaluation import log_evaluation
 from vidtx.train.splits import evaluation_split
 
@@ -14,8 +14,8 @@ from vidtx.train.splits import evaluation_split
 def evaluate_trained(config: PipelineConfig, trained: TrainedRun) -> EvalResult:
     """Evaluate and, when the training run is known, log metrics and reports into its MLflow run."""
     manifest = evaluation_split(config)  # a missing split fails before the model is loaded
-    model = load_trained_model(config, trained.checkpoint)
-    result = evaluate(model, manifest, config.data, config.eval)
+    model = trained_model(config, trained.checkpoint)  # with the label set it was trained for
+    result = evaluate(model.module.eval(), manifest, config.data, config.eval, model.class_names)
     if trained.mlflow_run_id:
         log_evaluation(trained.client, trained.mlflow_run_id, result)
     return result

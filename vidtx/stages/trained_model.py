@@ -15,9 +15,9 @@ from mlflow import MlflowClient
 
 from vidtx.config import PipelineConfig
 from vidtx.tracking.runs import BEST_CHECKPOINT_TAG, CHECKPOINT_TAG, connect, find_run, resolve_tracking_uri
-from vidtx.train.checkpoint import load_trained_model
+from vidtx.train.checkpoint import load_trained_model, trained_model
 
-__all__ = ["TrainedRun", "find_trained_run", "load_trained_model"]  # load_trained_model: the one resolver
+__all__ = ["TrainedRun", "find_trained_run", "load_trained_model", "trained_model"]  # the one resolver
 
 
 @dataclass

@@ -5,6 +5,7 @@ column and the run page's inputs show them; the same data has the same digest in
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 from mlflow import MlflowClient
 from mlflow.data.dataset_source_registry import resolve_dataset_source
@@ -27,15 +28,15 @@ def split_dataset(shards: Location, split: str, manifest: Manifest) -> MetaDatas
 
 
 def log_dataset_inputs(
-    client: MlflowClient, run_id: str, shards: Location, splits: dict[str, Manifest]
+    client: MlflowClient, run_id: str, splits: Sequence[tuple[str, Location, Manifest]]
 ) -> None:
-    """Record `splits` ({context: manifest}, e.g. training, validation) as the run's dataset inputs;
-    logging the same again (a resumed run) adds nothing."""
+    """Record `splits` ((context, shards, manifest): training, once per source, and validation) as the
+    run's dataset inputs; logging the same again (a resumed run) adds nothing."""
     inputs = [
         DatasetInput(
             split_dataset(shards, manifest.split, manifest)._to_mlflow_entity(),
             tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)],
         )
-        for context, manifest in splits.items()
+        for context, shards, manifest in splits
     ]
     client.log_inputs(run_id, datasets=inputs)

@@ -15,7 +15,7 @@ from vidtx.config import PipelineConfig
 from vidtx.tracking.links import experiment_link, run_link
 from vidtx.tracking.runs import connect, resolve_tracking_uri
 
-MANIFEST_HASH_TAG = "vidtx.manifest_hash"  # content hash of the training split's manifest
+MANIFEST_HASH_TAG = "vidtx.manifest_hash"  # the training data's content hash (`TrainingData.content_hash`)
 FLOW_RUN_TAG = "prefect.flow_run_id"  # the Prefect flow run that trained the run (set by flows/train.py)
 INIT_FROM_TAG = "vidtx.init_from"  # the weights the training started from (`model.init_from`)
 

@@ -75,11 +75,13 @@ def model_card(
     """The model card without a heading: it is also the version's description, which the registry's
     versions table shows as raw text (a "# name" first line read as such). `MODEL_CARD.md` adds the heading."""
     hours = f"{train_seconds / 3600:.2f} h" if train_seconds else "unknown"
+    data = config.data
+    sources = ", ".join(f"`{s.shards}` (weight {s.weight:g})" for s in data.sources) or f"`{data.shards}`"
     return f"""Video classifier `{config.model.name}` ({params / 1e6:.2f} M parameters, {gflops:.2f} GFLOPs per view,
 multiply-adds), input clips (B, 3, {config.data.num_frames}, {config.data.crop_size}, {config.data.crop_size}),
 {len(result.class_names)} classes, normalised with mean {config.data.mean} and std {config.data.std}.
 
-- Training data: `{config.data.shards}` split `{config.data.train_split}`
+- Training data: {sources}, split `{data.train_split}`
 - Evaluation: manifest hash `{result.manifest_hash}`
 - Training time: {hours}
 

@@ -33,7 +33,6 @@ from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig, TrainConfig
 from vidtx.data.shares import UnreadableShardsError
 from vidtx.locations import is_remote, location
-from vidtx.manifest import load_manifest
 from vidtx.model_factory import check_model_config
 from vidtx.processes import sigterm_raises, stopped_from_outside
 from vidtx.ray_session import is_jobs_api, ray_session, worker_env
@@ -97,18 +96,18 @@ def _train_on_ray(
     callbacks: Sequence[UserCallback] = (),
 ) -> TrainResult:
     train_cfg = config.train
-    manifest, validation = training_splits(config.data)  # before the tracking store is created
+    data, validation = training_splits(config.data)  # before the tracking store is created
     tracking_uri = resolve_tracking_uri(config)
     client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
-    lineage = {MANIFEST_HASH_TAG: manifest.content_hash, "ray.run_name": run_name, **tags}
+    lineage = {MANIFEST_HASH_TAG: data.content_hash, "ray.run_name": run_name, **tags}
     if config.model.init_from:  # where the starting weights came from
         lineage[INIT_FROM_TAG] = config.model.init_from
     end_orphaned_runs(client, config.tracking.experiment)
     run_id = start_or_resume_run(client, config, run_name, lineage, recorded)
-    splits = {"training": manifest}
-    if validation:
-        splits["validation"] = load_manifest(config.data.shards, config.data.val_split)
-    log_dataset_inputs(client, run_id, config.data.shards, splits)
+    splits = [("training", source.shards, source.manifest) for source in data.sources]
+    if validation is not None:
+        splits.append(("validation", config.data.shards, validation))
+    log_dataset_inputs(client, run_id, splits)
 
     storage_path = storage_location(train_cfg.storage_path)
     storage.check(location(storage_path))  # an unusable bucket is one line now, not a Ray error later
@@ -119,7 +118,7 @@ def _train_on_ray(
         config=config.with_absolute_paths(),
         tracking_uri=tracking_uri,
         mlflow_run_id=run_id,
-        validation=validation,
+        validation=validation is not None,
     )
     try:  # SIGTERM unwinds too: the local Ray is shut down and the run ended KILLED
         with sigterm_raises(), ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):

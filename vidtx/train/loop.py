@@ -19,7 +19,6 @@ import torch.distributed as dist
 
 from vidtx.data.train_loader import TrainBatch, build_train_loader
 from vidtx.data.transforms import normalize_clips
-from vidtx.manifest import load_manifest
 from vidtx.model_factory import model_for
 from vidtx.models import count_flops
 from vidtx.tracking.rank_zero import RankZeroMetrics
@@ -57,7 +56,8 @@ class WorkerTrainer:
         )
         train, data = self.cfg.train, self.cfg.data
         torch.manual_seed(train.seed)  # identical initial weights on every rank
-        self.class_names = load_manifest(data.shards, data.train_split).class_names
+        self.loader = build_train_loader(data, batch_size=train.micro_batch_size, seed=train.seed)
+        self.class_names = self.loader.data.class_names  # the sources' labels merged by name
         model = model_for(self.cfg, num_classes=len(self.class_names))
         started = self._start_from(model) if self.cfg.model.init_from else None
         self.num_classes = model.num_classes
@@ -75,7 +75,6 @@ class WorkerTrainer:
 
         restored = restore(self.engine, self.ema)
         self.state = restored or TrainState()
-        self.loader = build_train_loader(data, batch_size=train.micro_batch_size, seed=train.seed)
         if restored:
             self._resume_data()
             logger.info("rank %d resumed at step %d, epoch %d", self.rank, self.state.step, self.loader.epoch)
@@ -137,7 +136,8 @@ class WorkerTrainer:
                 empty = False
                 yield batch
             if empty:
-                raise RuntimeError(f"no training clips could be loaded from {self.cfg.data.shards}")
+                where = ", ".join(str(source.shards) for source in self.cfg.data.training_sources())
+                raise RuntimeError(f"no training clips could be loaded from {where}")
 
     def _data_places(self) -> list[dict[str, Any]]:
         """Collective: every rank's place in its epoch, by rank (what a checkpoint keeps)."""
@@ -218,15 +218,12 @@ class WorkerTrainer:
     def _validate_and_log(self, step: int) -> dict[str, float]:
         """Validate the weights and their average (if kept), log both, and return what a checkpoint
         report carries: Ray keeps the best by the top-1 of the weights `eval.weights` evaluates."""
-        train, data = self.cfg.train, self.cfg.data
-        passes = {
-            "val": validate(self.engine, data, train.micro_batch_size, train.val_max_batches, self._to_model)
-        }
+        train = self.cfg.train
+        data, batch, most = self.cfg.data, train.micro_batch_size, train.val_max_batches
+        passes = {"val": validate(self.engine, data, batch, most, self._to_model, self.class_names)}
         if self.ema is not None:
             with self.ema.swapped_in():
-                passes["val_ema"] = validate(
-                    self.engine, data, train.micro_batch_size, train.val_max_batches, self._to_model
-                )
+                passes["val_ema"] = validate(self.engine, data, batch, most, self._to_model, self.class_names)
         for prefix, results in passes.items():
             self.metrics.log({f"{prefix}/{name}": value for name, value in results.items()}, step)
         logger.info(

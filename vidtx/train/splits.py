@@ -14,18 +14,20 @@ from pathlib import Path
 
 from vidtx import storage
 from vidtx.config import DataConfig, PipelineConfig
+from vidtx.data.sources import TrainingData, relabelled, training_data
 from vidtx.locations import Location, is_remote
 from vidtx.manifest import MANIFEST_SUFFIX, Manifest, find_splits, load_manifest, manifest_path
 
 logger = logging.getLogger(__name__)
 
 
-def require_split(shards: Location, split: str, field: str) -> Manifest:
-    """The manifest of `split`; when there is none, FileNotFoundError naming `field` and what is there.
-    A bucket that cannot be used is a `StorageError` naming it (unreachable, refused, missing)."""
+def require_split(shards: Location, split: str, field: str, folder_field: str = "data.shards") -> Manifest:
+    """The manifest of `split`; when there is none, FileNotFoundError naming `field` and what is there
+    (no folder at all: naming `folder_field`). A bucket that cannot be used is a `StorageError`
+    naming it (unreachable, refused, missing)."""
     storage.check(shards)
     if not is_remote(shards) and not Path(shards).is_dir():
-        raise FileNotFoundError(f"data.shards {shards}: no such folder (write it with `vidtx shard`)")
+        raise FileNotFoundError(f"{folder_field} {shards}: no such folder (write it with `vidtx shard`)")
     if not storage.is_file(manifest_path(shards, split)):
         found = ", ".join(find_splits(shards)) or "none"
         raise FileNotFoundError(
@@ -35,19 +37,27 @@ def require_split(shards: Location, split: str, field: str) -> Manifest:
     return load_manifest(shards, split)
 
 
-def training_splits(data: DataConfig) -> tuple[Manifest, bool]:
-    """The training split's manifest (required) and whether the validation split exists; a missing
-    one is logged once: the run trains without validation and keeps its latest checkpoints."""
-    manifest = require_split(data.shards, data.train_split, "data.train_split")
-    validation = storage.is_file(manifest_path(data.shards, data.val_split))
-    if not validation:
+def training_splits(data: DataConfig) -> tuple[TrainingData, Manifest | None]:
+    """The training data, each source's training split required, and the validation split, whose
+    classes the training data must have; a missing validation split is logged once: the run trains
+    without validation and keeps its latest checkpoints."""
+    folders = [f"data.sources[{i}].shards" for i in range(len(data.sources))] or ["data.shards"]
+    manifests = [
+        require_split(source.shards, data.train_split, "data.train_split", folder)
+        for source, folder in zip(data.training_sources(), folders, strict=True)
+    ]
+    training = training_data(data, manifests)
+    if not storage.is_file(manifest_path(data.shards, data.val_split)):
         logger.warning(
             "data.val_split %r has no manifest in %s (splits there: %s): training without validation",
             data.val_split,
             data.shards,
             ", ".join(find_splits(data.shards)),
         )
-    return manifest, validation
+        return training, None
+    validation = load_manifest(data.shards, data.val_split)
+    relabelled(validation, training.class_names)  # a class never trained on fails here, not at step 1
+    return training, validation
 
 
 def evaluation_split(config: PipelineConfig) -> Manifest:

@@ -3,7 +3,7 @@ summed over ranks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -21,14 +21,15 @@ def validate(
     batch_size: int,
     max_batches: int | None,
     to_model: Callable[[torch.Tensor], torch.Tensor],
+    class_names: Sequence[str],
 ) -> dict[str, float]:
-    """`top1`, `top5`, `loss` and `clips` of the engine's current weights; `to_model` turns the loader's
-    uint8 clips (B, T, H, W, C) into the model's input.
+    """`top1`, `top5`, `loss` and `clips` of the engine's current weights, whose logits are
+    `class_names`; `to_model` turns the loader's uint8 clips (B, T, H, W, C) into the model's input.
 
     Ranks hold different numbers of clips; they agree each iteration whether anyone still has a
     batch and run a throw-away forward when they do not, so ZeRO-3's gathers stay in lock-step.
     """
-    loader = iter(build_eval_loader(data, data.val_split, batch_size=batch_size))
+    loader = iter(build_eval_loader(data, data.val_split, batch_size=batch_size, class_names=class_names))
     totals = torch.zeros(4, dtype=torch.float64)  # correct@1, correct@5, loss sum, clips
     engine.eval()
     for _ in range(max_batches or 10**12):
