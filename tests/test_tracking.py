@@ -1,11 +1,14 @@
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from mlflow.entities import Metric
 
 from vidtx.config import PipelineConfig, load_config
 from vidtx.manifest import load_manifest
@@ -23,6 +26,7 @@ from vidtx.tracking.runs import (
     resolve_tracking_uri,
     start_or_resume_run,
 )
+from vidtx.train.progress import follow_progress
 
 
 @pytest.fixture
@@ -99,6 +103,30 @@ def test_rank_zero_metrics_do_not_log_a_step_twice_nor_end_the_run(tracking_uri:
     history = {point.step: point.value for point in client.get_metric_history(run_id, STEP_METRIC)}
     assert history == {10: 10.0, 20: 20.0, 30: 30.0, 40: -40.0}
     assert RankZeroMetrics(1, tracking_uri, run_id).enabled is False
+
+
+def test_progress_reports_a_validation_logged_after_its_step_s_loss(
+    tracking_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step's validation comes after its loss: a poll between the two must not lose it (the last
+    step's validation line was missing from a pipeline's console)."""
+    client = connect(tracking_uri)
+    run_id = start_or_resume_run(client, PipelineConfig(), "progress")
+    client.log_metric(run_id, STEP_METRIC, 1.0, step=6)
+    calls: list[tuple] = []
+    with (
+        caplog.at_level(logging.INFO, logger="vidtx.train.progress"),
+        follow_progress(client, run_id, 6, lambda *call: calls.append(call), interval=0.05),
+    ):
+        deadline = time.monotonic() + 30
+        while not calls and time.monotonic() < deadline:  # a poll saw step 6, no validation yet
+            time.sleep(0.01)
+        assert calls[0][3] is None
+        client.log_batch(run_id, metrics=[Metric("val/top1", 0.5, 0, 6), Metric("val/top5", 1.0, 0, 6)])
+        while len(calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert "step 6: validation top-1 0.500, top-5 1.000" in caplog.text
+    assert calls[-1][3].startswith("step 6: validation top-1 0.500")
 
 
 def test_unreachable_tracking_store_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,16 +43,19 @@ def follow_progress(
         while True:
             finished = stop.wait(interval)
             try:
+                # both, each time: a step's validation is logged after its loss, so a poll between
+                # the two sees the step without it
                 step = last_logged_step(client, run_id, STEP_METRIC)
-                if step > reported:
+                validation = last_logged_step(client, run_id, VALIDATION_METRIC)
+                if step > reported or validation > validated:
                     metrics = dict(client.get_run(run_id).data.metrics)
                     show(step, _progress_text(metrics))
-                    validated, line = _new_validation(client, run_id, validated, metrics)
+                    line = _validation_line(validation, metrics) if validation > validated else None
                     if line is not None:
                         logger.info(line)
                     if progress is not None:
                         progress(step, max_steps, metrics, line)
-                    reported = step
+                    reported, validated = step, validation
             except Exception:
                 logger.debug("progress poll failed", exc_info=True)
             if finished:
@@ -76,15 +79,9 @@ def _progress_text(metrics: dict[str, float]) -> str:
     return " ".join(parts)
 
 
-def _new_validation(
-    client: MlflowClient, run_id: str, validated: int, metrics: dict[str, float]
-) -> tuple[int, str | None]:
-    """The step of the latest validation, and its line when it is newer than step `validated`."""
-    step = last_logged_step(client, run_id, VALIDATION_METRIC)
-    if step <= validated:
-        return step, None
+def _validation_line(step: int, metrics: dict[str, float]) -> str:
+    """The log line of the validation at `step`, from the run's latest `metrics`."""
     top5, loss = metrics.get("val/top5", float("nan")), metrics.get("val/loss", float("nan"))
     return (
-        step,
-        f"step {step}: validation top-1 {metrics[VALIDATION_METRIC]:.3f}, top-5 {top5:.3f}, loss {loss:.3f}",
+        f"step {step}: validation top-1 {metrics[VALIDATION_METRIC]:.3f}, top-5 {top5:.3f}, loss {loss:.3f}"
     )
