@@ -161,15 +161,19 @@ class MixedSamples(torch.utils.data.IterableDataset):
         rng = np.random.default_rng([self.seed, worker, len(self.streams)])
         samples = [iter(stream) for stream in self.streams]
         weights = self.data.weights
-        while True:
-            source = int(rng.choice(len(samples), p=weights)) if len(samples) > 1 else 0
-            sample = next(samples[source])
-            if self.keep is not None:
-                label = _label(sample, self.data.sources[source].labels)
-                if label is not None and rng.random() >= self.keep[label]:
-                    self.streams[source].ledger.passed_over(sample["__pass__"])
-                    continue
-            yield sample | {"__source__": source}
+        try:
+            while True:
+                source = int(rng.choice(len(samples), p=weights)) if len(samples) > 1 else 0
+                sample = next(samples[source])
+                if self.keep is not None:
+                    label = _label(sample, self.data.sources[source].labels)
+                    if label is not None and rng.random() >= self.keep[label]:
+                        self.streams[source].ledger.passed_over(sample["__pass__"])
+                        continue
+                yield sample | {"__source__": source}
+        finally:  # each source's reader stops its fetcher
+            for stream in samples:
+                stream.close()
 
 
 def _label(sample: dict[str, Any], labels: tuple[int, ...]) -> int | None:
