@@ -87,23 +87,17 @@ def test_sources_mix_by_weight_with_labels_merged_by_class_name(two_sources: tup
     assert data.num_samples == 18 + 12
     assert validation is not None
     assert validation.class_names == OURS  # validation reads data.shards
-    counts, _ = class_counts(cfg, epochs=24)
-    assert sum(counts.values()) == 24 * math.ceil(30 / 6) * 6  # an epoch: the sources' samples together
+    counts, _ = class_counts(cfg, epochs=16)
+    assert sum(counts.values()) == 16 * math.ceil(30 / 6) * 6  # an epoch: the sources' samples together
     # a quarter from public (a third of it each class), three quarters from ours (half each class)
     expected = {"moving_left": 1 / 12, "growing": 1 / 12, "moving_right": 1 / 12 + 3 / 8, "shrinking": 3 / 8}
     assert data.class_frequencies() == pytest.approx([expected[name] for name in data.class_names])
-    within_sampling_error(counts, expected)
-    equal, _ = class_counts(
-        mixed_config(public, ours, sources=[{"shards": public}, {"shards": ours}]), epochs=24
-    )
-    within_sampling_error(
-        equal, {"moving_left": 1 / 6, "growing": 1 / 6, "moving_right": 5 / 12, "shrinking": 1 / 4}
-    )
+    within_sampling_error(counts, expected)  # equal weights would give shrinking 1/4: 5.6 errors away
 
 
 @pytest.mark.usefixtures("single_process")
 def test_class_balance_draws_every_class_equally_often(two_sources: tuple[Path, Path]) -> None:
-    counts, names = class_counts(mixed_config(*two_sources, balance="classes"), epochs=24)
+    counts, names = class_counts(mixed_config(*two_sources, balance="classes"), epochs=16)
     within_sampling_error(counts, dict.fromkeys(names, 1 / len(names)))
 
 
