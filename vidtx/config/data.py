@@ -187,8 +187,8 @@ class DataConfig(StrictModel):
     )
     sources: list[SourceConfig] = Field(
         default_factory=list,
-        description="Shard sets whose training splits are mixed by weight, labels merged by class name "
-        "(empty: `shards` alone); validation and evaluation read `shards`.",
+        description="Shard sets, each {shards, weight}, whose training splits are mixed by weight, labels "
+        "merged by class name (empty: `shards` alone); validation and evaluation read `shards`.",
     )
     balance: Balance = Field(
         "none",
