@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
-from mlflow.entities import Metric
-from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+import mlflow
 
-from vidtx.tracking.runs import connect, last_logged_step
+from vidtx.tracking.runs import connect, last_logged_step, mlflow_uris
 
 logger = logging.getLogger(__name__)
 
@@ -17,15 +15,14 @@ STEP_METRIC = "train/loss"  # logged at every log step: its history tells where 
 
 
 class RankZeroMetrics:
-    """Logs into an existing MLflow run on rank 0 (no-op on other ranks), with system metrics.
-
-    The run's status belongs to the driver, which knows how the training ended (FINISHED, KILLED,
-    FAILED): rank 0 logs through a client and never starts or ends the run. (MLflow's fluent
-    `start_run` would end it FINISHED from the worker's `finally` or its exit handler, which raced the
-    driver's KILLED when a stopped training shut its workers down.)
+    """Attaches to an existing MLflow run on rank 0 (no-op on other ranks), with system metrics.
 
     After a restart the loop replays the steps since the last checkpoint; steps that were already logged
     keep their first value, so the run's history has one point per step.
+
+    The run's status belongs to the driver, which knows how the training ended (FINISHED, KILLED,
+    FAILED): `close` leaves it RUNNING. (MLflow's `end_run` defaults to FINISHED: called from the
+    loop's `finally` when a stopped training shut its workers down, it raced the driver's KILLED.)
     """
 
     def __init__(self, rank: int, tracking_uri: str, run_id: str) -> None:
@@ -33,11 +30,10 @@ class RankZeroMetrics:
         self.skip_through = -1
         if not self.enabled:
             return
-        self.run_id = run_id
-        self.client = connect(tracking_uri)
-        self.skip_through = last_logged_step(self.client, run_id, STEP_METRIC)
-        self.system = SystemMetricsMonitor(run_id, resume_logging=True, tracking_uri=tracking_uri)
-        self.system.start()
+        client = connect(tracking_uri)
+        self.skip_through = last_logged_step(client, run_id, STEP_METRIC)
+        with mlflow_uris(tracking_uri):
+            mlflow.start_run(run_id=run_id, log_system_metrics=True)
         if self.skip_through >= 0:
             logger.info(
                 "MLflow already has steps up to %d; replayed steps are not logged again", self.skip_through
@@ -45,29 +41,24 @@ class RankZeroMetrics:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         if self.enabled and step > self.skip_through:
-            self._log(metrics, step)
+            mlflow.log_metrics(metrics, step=step)
 
     def log_always(self, metrics: dict[str, float], step: int) -> None:
         """Log events that may repeat a step (e.g. a restart at a step already logged)."""
         if self.enabled:
-            self._log(metrics, step)
-
-    def _log(self, metrics: dict[str, float], step: int) -> None:
-        now = int(time.time() * 1000)
-        logged = [Metric(key, float(value), now, step) for key, value in metrics.items()]
-        self.client.log_batch(self.run_id, metrics=logged)
+            mlflow.log_metrics(metrics, step=step)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """A text artifact of the run (rank 0)."""
         if self.enabled:
-            self.client.log_text(self.run_id, text, artifact_file)
+            mlflow.log_text(text, artifact_file)
 
     def log_artifacts(self, folder: Path, artifact_path: str) -> None:
         """The files of `folder` as artifacts under `artifact_path` (rank 0)."""
         if self.enabled:
-            self.client.log_artifacts(self.run_id, str(folder), artifact_path)
+            mlflow.log_artifacts(str(folder), artifact_path)
 
     def close(self) -> None:
-        """Stop the system metrics (their last sample is flushed); the run stays as the driver has it."""
+        """Stop the system metrics and detach from the run, which stays RUNNING for the driver to end."""
         if self.enabled:
-            self.system.finish()
+            mlflow.end_run(status="RUNNING")
