@@ -2,12 +2,13 @@
 
 Each source is a shard folder with its own manifest (checked on its own). Their labels are merged by
 class name into one label set, in the order the names first appear (source after source, each in its
-label-id order: `vidtx.manifest.merged_class_names`): the model's logits, the checkpoint's `class_names.json` and the registered model
-follow it. An epoch is as many samples as the sources have together; each sample of a rank's stream
-comes from source i with probability weight_i / sum(weights), drawn by a generator seeded by
-(seed, epoch, rank, DataLoader worker) (`vidtx.data.shares.MixedSamples`), so an epoch's stream is
-the same every time it is read (exact resume replays it). A source drawn more often than its size asks for is read again within
-the epoch (pass after pass, as one source is), a source drawn less is partly read.
+label-id order: `vidtx.manifest.merged_class_names`): the model's logits, the checkpoint's
+`class_names.json` and the registered model follow it. An epoch is as many samples as the sources
+have together; each sample of a rank's stream comes from source i with probability
+weight_i / sum(weights), drawn by a generator seeded by (seed, epoch, rank, DataLoader worker)
+(`vidtx.data.shares.MixedSamples`), so an epoch's stream is the same every time it is read (exact
+resume replays it). A source drawn more often than its size asks for is read again within the epoch
+(pass after pass, as one source is), a source drawn less is partly read.
 
 `data.balance: classes` passes over samples of frequent classes before the shuffle buffer: a sample
 of class c is kept with probability min_frequency / frequency(c), the frequencies being those of the
@@ -51,9 +52,7 @@ class TrainingData:
         class_names = merged_class_names(manifests)
         total = sum(weights)
         sources = tuple(
-            TrainingSource(
-                where, weight / total, manifest, tuple(map(class_names.index, manifest.class_names))
-            )
+            TrainingSource(where, weight / total, manifest, tuple(relabelled(manifest, class_names)))
             for where, weight, manifest in zip(shards, weights, manifests, strict=True)
         )
         return cls(sources, class_names)
