@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -116,23 +117,42 @@ with ray_session(num_cpus=1):
 
 
 @pytest.mark.slow
-def test_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
-    """The local Ray that training and evaluation start: none of its servers is reachable from the
-    network (was: GCS, raylet, workers and the dashboard agent listened on 0.0.0.0 and ::)."""
+def test_local_ray_is_on_loopback_only_outside_the_driver_s_group(tmp_path: Path) -> None:
+    """The local Ray that training and evaluation start, from a process that leads a process group
+    (as Prefect's flow runs do):
+    - none of its servers is reachable from the network (was: GCS, raylet, workers and the dashboard
+      agent listened on 0.0.0.0 and ::);
+    - none of its processes is in the driver's group, which Prefect's cancel sends SIGTERM to (was:
+      the raylet died with the driver and the driver's core worker ended it with exit code 1 before
+      it could stop its training);
+    - and its GCS and raylet die with the driver all the same when it is SIGKILLed (the agents and
+      workers follow once they miss them, within a minute)."""
     environment = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
     session = subprocess.Popen(
         [sys.executable, "-c", LOCAL_RAY_SESSION],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=environment, cwd=tmp_path,
+        start_new_session=True,
     )  # fmt: skip
     try:
         assert session.stdout is not None
         assert session.stdout.readline() == "started\n"
         listening = listening_sockets(process_tree(session.pid))
+        ray_processes = psutil.Process(session.pid).children(recursive=True)
+        in_the_driver_s_group = [p.name() for p in ray_processes if os.getpgid(p.pid) == session.pid]
     finally:
-        session.communicate("\n", timeout=60)
+        session.kill()
+        session.wait(timeout=60)
     servers = {name for names in listening.values() for name in names}
     assert {"gcs_server", "raylet"} <= servers, listening
     assert not exposed(listening), f"listening beyond loopback: {exposed(listening)}"
+    assert {"gcs_server", "raylet"} <= {p.name() for p in ray_processes}
+    assert not in_the_driver_s_group, in_the_driver_s_group
+    gcs_and_raylet = [p for p in ray_processes if p.name() in ("gcs_server", "raylet")]
+    _, alive = psutil.wait_procs(gcs_and_raylet, timeout=10)
+    for process in ray_processes:  # the rest, not to wait here for them to notice
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    assert not alive, [p.name() for p in alive]
 
 
 OPEN_SOCKETS = """

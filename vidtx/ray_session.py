@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import ray
-from ray._private import ray_constants
+from ray._private import ray_constants, services
 from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
 from ray._private.worker import filter_autoscaler_events
 
@@ -86,7 +87,8 @@ def ray_session(address: str | None = None, **init_kwargs: Any) -> Iterator[None
     address = address or _cluster_from_environment()
     on_loopback = address == "local" or is_loopback(address or os.environ.get("RAY_ADDRESS", ""))
     adopt_loggers()  # Ray's driver-side records (start-up, warnings) go where vidtx's go
-    with _on_loopback_only() if on_loopback else contextlib.nullcontext(), _sigterm_kept():
+    loopback_only = _on_loopback_only() if on_loopback else contextlib.nullcontext()
+    with loopback_only, _sigterm_kept(), _own_process_groups():
         ray.init(address=address, **init_kwargs)
     # Inside a Ray Job the job's log is the console its submitter follows: Ray keeps printing there.
     if owns_console() and not in_ray_job:
@@ -146,8 +148,8 @@ def _on_loopback_only() -> Iterator[None]:
     address where it may not form a cluster (its macOS / Windows default, `ray_constants.ENABLE_RAY_CLUSTER`),
     which a local instance for one run on one machine is, and a driver joining a cluster on this
     machine's loopback need not: so that is what it is told while it starts or joins.
-    `tests/test_reliability.py::test_local_ray_listens_on_loopback_only` notices when a Ray upgrade
-    changes this.
+    `tests/test_reliability.py::test_local_ray_is_on_loopback_only_outside_the_driver_s_group`
+    notices when a Ray upgrade changes this.
     """
     may_form_cluster = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
@@ -155,6 +157,29 @@ def _on_loopback_only() -> Iterator[None]:
         yield
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = may_form_cluster
+
+
+@contextlib.contextmanager
+def _own_process_groups() -> Iterator[None]:
+    """Start the processes of a local Ray (GCS, raylet and the workers and agents it starts,
+    dashboard, monitors) outside this process's process group, so that a signal to the group reaches
+    the driver alone, which then stops its Ray in order.
+
+    Prefect's worker cancels a flow run with SIGTERM to the run's whole process group. Ray's
+    processes shared it: the raylet died at once, and the driver's core worker, told its node was
+    gone, tried to recover an object through the dead raylet's store and ended the process (exit
+    code 1, "The connection to the plasma store is failed. Terminate the process") before Python
+    unwound: the run was left Running and its MLflow run unended, by chance. Ray already keeps
+    its children out of a group's SIGINT (Ctrl-C) by blocking it in them; they still die with the
+    driver through their parent-death signal (kernel fate-sharing). Ray 2.60 starts every one of them
+    through `services.ConsolePopen`; `tests/test_reliability.py::
+    test_local_ray_is_on_loopback_only_outside_the_driver_s_group` notices when an upgrade changes that."""
+    start_process = services.ConsolePopen
+    services.ConsolePopen = functools.partial(start_process, process_group=0)
+    try:
+        yield
+    finally:
+        services.ConsolePopen = start_process
 
 
 @contextlib.contextmanager
