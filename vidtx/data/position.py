@@ -23,6 +23,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
+from vidtx.config.data import Balance
+
 Batch = TypeVar("Batch")
 
 
@@ -37,7 +39,7 @@ class StreamSettings(BaseModel):
     repeated_sampling: int = Field(description="data.repeated_sampling")
     split_samples: int = Field(description="the training split's samples")
     sources: list[tuple[str, float]] = Field(default_factory=list, description="data.sources")
-    balance: str = Field("none", description="data.balance")
+    balance: Balance = Field("none", description="data.balance")
 
     def changes_from(self, other: StreamSettings) -> str:
         """`setting a -> b` for each that differs from `other`'s, named as the config names it."""
