@@ -31,7 +31,8 @@ from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, interleaved, round_ratios
 from benchmarks.videos import shard_store, write_busy_videos, write_copies
 from infra.local.latency_proxy import latency_proxy
-from infra.local.s3_server import create_bucket, free_port, requests, s3_server
+from infra.local.ports import free_port
+from infra.local.s3_server import create_bucket, requests, s3_server
 from vidtx.manifest import load_manifest
 
 log = logging.getLogger(__name__)

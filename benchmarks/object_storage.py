@@ -25,7 +25,8 @@ from benchmarks.data_loading import LOADER, gpu_demand
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, interleaved, round_ratios, torch_threads
 from benchmarks.videos import shard_store, write_busy_videos, write_copies
-from infra.local.s3_server import create_bucket, free_port, requests, s3_server
+from infra.local.ports import free_port
+from infra.local.s3_server import create_bucket, requests, s3_server
 from vidtx import storage
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import Location

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,24 +28,10 @@ from pathlib import Path
 import psutil
 from ray.util.state import list_nodes
 
+from infra.local.ports import free_port
+
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent  # the nodes' jobs and workers import this checkout's vidtx
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now on 127.0.0.1 that this process has not handed out before: the OS may give
-    the same free port twice in a row, and two components of a node then clashed (Ray refused to
-    start: "runtime_env_agent is trying to use a port number ... used by other components")."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 @dataclass

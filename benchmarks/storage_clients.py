@@ -43,7 +43,8 @@ from pyarrow import fs
 from benchmarks.object_storage import s3_environment
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, interleaved, round_ratios
-from infra.local.s3_server import create_bucket, free_port, requests, s3_server
+from infra.local.ports import free_port
+from infra.local.s3_server import create_bucket, requests, s3_server
 from vidtx import storage
 
 log = logging.getLogger(__name__)

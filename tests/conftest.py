@@ -3,7 +3,7 @@
 import os
 import secrets
 
-from infra.local.s3_server import free_port
+from infra.local.ports import free_port
 from vidtx.env import apply_defaults
 
 apply_defaults()

@@ -23,7 +23,7 @@ import boto3
 import pytest
 
 from infra.local.demo_stack import read_env_file
-from infra.local.s3_server import free_port
+from infra.local.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.s3_server import free_port
+from infra.local.ports import free_port
 from vidtx.train.op_builds import build_locks, lock_holders, settle_build_lock, settle_build_locks
 
 LOGGER = "vidtx.train.op_builds"

@@ -28,7 +28,7 @@ from media import truncated
 from packaging.requirements import Requirement
 from sockets import exposed, listening_sockets, process_tree
 
-from infra.local.s3_server import free_port
+from infra.local.ports import free_port
 from vidtx.eval.evaluate import predict_split
 from vidtx.manifest import load_manifest
 from vidtx.models import load_checkpoint

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from infra.local.latency_proxy import latency_proxy
-from infra.local.s3_server import create_user, free_port, requests, s3_server
+from infra.local.ports import free_port
+from infra.local.s3_server import create_user, requests, s3_server
 from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
 from vidtx.config import DataConfig, ShardConfig

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -42,12 +41,6 @@ from vidtx.train.launcher import train
 from vidtx.train.payload import checkpoint_uri
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_two_workers_zero2_loss_goes_down(trained_run: tuple) -> None:

@@ -18,16 +18,12 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from infra.local.ports import free_port
+
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def listening(port: int) -> bool:

@@ -30,9 +30,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.local.ports import free_port
 from infra.local.postgres import Postgres
 from infra.local.processes import end_tree, end_trees, spawn, wait_for_http, wait_for_ray_nodes
-from infra.local.s3_server import create_user, free_port
+from infra.local.s3_server import create_user
 from vidtx.env import apply_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
