@@ -8,7 +8,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.config.sections import sections_config
-from vidtx.eval.evaluate import EvalResult
+from vidtx.eval.multiview import EvalResult
 from vidtx.eval.report import render_results
 from vidtx.stages.evaluate import evaluate_trained
 from vidtx.stages.register import register_trained

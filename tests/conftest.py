@@ -310,7 +310,7 @@ def bucket_frames_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) 
 def registered_model(tiny_config: PipelineConfig, tmp_path_factory: pytest.TempPathFactory) -> str:
     """An untrained xvit_tiny (4 frames at 32x32, views 1x1) registered as `models:/predict-test@champion`
     in a registry of its own: its tracking URI."""
-    from vidtx.eval.evaluate import evaluate
+    from vidtx.eval.multiview import evaluate
     from vidtx.manifest import load_manifest
     from vidtx.model_factory import model_for
     from vidtx.tracking.model_registry import register

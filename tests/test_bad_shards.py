@@ -20,7 +20,7 @@ import webdataset as wds
 from media import SHARDED, case_bytes, cut_in_video, good
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.eval_loader import build_eval_loader
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.data.train_loader import build_train_loader
 from vidtx.manifest import Manifest, ShardInfo, content_hash, load_manifest

@@ -27,7 +27,7 @@ from training_runs import history
 
 from benchmarks.ray_nodes import LocalCluster, head_and_node_b
 from vidtx.config import PipelineConfig
-from vidtx.eval.evaluate import predict_split
+from vidtx.eval.multiview import predict_split
 from vidtx.locations import location
 from vidtx.manifest import load_manifest
 from vidtx.stages.trained_model import load_trained_model

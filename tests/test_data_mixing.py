@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vidtx.config import DataConfig, ShardConfig
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.eval_loader import build_eval_loader
 from vidtx.data.train_loader import build_train_loader
 from vidtx.train.splits import training_splits
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from vidtx.config import DataConfig, ShardConfig
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.eval_loader import build_eval_loader
 from vidtx.data.train_loader import build_train_loader
-from vidtx.eval.evaluate import evaluate
+from vidtx.eval.multiview import evaluate
 from vidtx.manifest import FRAMES_MEMBER, load_manifest
 from vidtx.media.frames import JpegFrames
 from vidtx.shard.job import shard_dataset

@@ -14,7 +14,7 @@ import torch
 import webdataset as wds
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.eval_loader import build_eval_loader
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import epoch_shards
 from vidtx.data.train_loader import build_train_loader

@@ -13,7 +13,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from vidtx.eval.evaluate import EvalResult, evaluate
+from vidtx.eval.multiview import EvalResult, evaluate
 from vidtx.manifest import load_manifest
 from vidtx.models import save_checkpoint
 from vidtx.serving.classifier import VideoClassifier

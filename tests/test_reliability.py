@@ -21,7 +21,7 @@ from mlflow import MlflowClient
 from sockets import exposed, listening_sockets, process_tree
 
 from vidtx.config import DataConfig, PipelineConfig, load_config
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.eval_loader import build_eval_loader
 from vidtx.env import DEFAULTS
 from vidtx.manifest import Manifest, ShardInfo
 from vidtx.stages.evaluate import evaluate_trained

@@ -29,7 +29,7 @@ from packaging.requirements import Requirement
 from sockets import exposed, listening_sockets, process_tree
 
 from infra.local.ports import free_port
-from vidtx.eval.evaluate import predict_split
+from vidtx.eval.multiview import predict_split
 from vidtx.manifest import load_manifest
 from vidtx.models import load_checkpoint
 from vidtx.serving import packaging as logged
@@ -185,7 +185,7 @@ def test_mlflow_models_serve_answers_videos_over_http(served: str, videos: list[
 def test_registration_fails_loudly_when_the_example_is_not_answered(
     registered_model: str, tiny_config, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from vidtx.eval.evaluate import evaluate
+    from vidtx.eval.multiview import evaluate
     from vidtx.model_factory import model_for
 
     config = tiny_config.model_copy(deep=True)

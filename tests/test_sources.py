@@ -9,7 +9,7 @@ from media import encode, moving_frames
 
 from vidtx.config import ShardConfig
 from vidtx.shard.job import shard_dataset
-from vidtx.shard.report import shard_summary
+from vidtx.shard.outcome import shard_summary
 from vidtx.shard.sources import NothingToShardError, Source, read_source
 
 

@@ -22,7 +22,7 @@ from infra.local.s3_server import create_user, requests, s3_server
 from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
 from vidtx.config import DataConfig, ShardConfig
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.eval_loader import build_eval_loader
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import join, location, name_of, parent_of
 from vidtx.manifest import damaged_shards, find_splits, load_manifest

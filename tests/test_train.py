@@ -29,8 +29,8 @@ from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig, ShardConfig, SourceConfig, dump_config, load_config
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.data.train_loader import build_train_loader
-from vidtx.eval.evaluate import predict_split
 from vidtx.eval.metrics import top_k_correct
+from vidtx.eval.multiview import predict_split
 from vidtx.locations import Location, join, location
 from vidtx.manifest import load_manifest
 from vidtx.shard.job import shard_dataset

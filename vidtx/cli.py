@@ -119,7 +119,7 @@ def shard(
     """Probe, filter and write a video dataset into WebDataset shards and one manifest per split."""
     from vidtx.manifest import manifest_path
     from vidtx.shard.job import shard_dataset
-    from vidtx.shard.report import shard_summary
+    from vidtx.shard.outcome import shard_summary
 
     cfg = load(config, overrides, {"shard.source": source, "shard.output": output}, model=False).shard
     for split, manifest in (manifests := shard_dataset(cfg)).items():
@@ -238,7 +238,7 @@ def plan(
 ) -> None:
     """GPU memory per GPU by ZeRO stage and micro-batch for each config, and step times when a
     throughput is given (an estimate: see infra/README.md, Sizing)."""
-    from vidtx.plan import report
+    from vidtx.gpu_plan import report
 
     loaded = [load(config, overrides) for config in configs]
     throughput = {"num_classes": classes, "clips_per_second": clips_per_second, "mfu": mfu}

@@ -27,7 +27,7 @@ import webdataset as wds
 
 from vidtx.cache import ShardCache
 from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
-from vidtx.data.sources import TrainingData
+from vidtx.data.mixing import TrainingData
 from vidtx.data.tar_reader import tar_samples
 from vidtx.locations import is_remote, name_of, parent_of
 

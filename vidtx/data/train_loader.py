@@ -2,7 +2,7 @@
 environment).
 
     per source: this rank's shards of the epoch (cycled, split by DataLoader worker) -> tar samples
-    -> mixed by weight (`vidtx.data.sources`) -> shuffle buffer -> decode once, sample k clips,
+    -> mixed by weight (`vidtx.data.mixing`) -> shuffle buffer -> decode once, sample k clips,
     augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
 
 Each epoch each source's shards are dealt out to the ranks (`vidtx.data.shares`: disjoint sets that together
@@ -18,7 +18,7 @@ Frames-store shards in a bucket read without a cache: each DataLoader worker rea
 ahead of the decoder (`vidtx.data.read_ahead`).
 
 What the decoding, the logging of unreadable data and the DataLoader workers have in common with
-evaluation is in `vidtx.data.loader`; a sample that fails is logged once per epoch, not every pass.
+evaluation is in `vidtx.data.eval_loader`; a sample that fails is logged once per epoch, not every pass.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ import webdataset as wds
 from vidtx.cache import shard_cache
 from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import fetch_settings
-from vidtx.data.loader import check_shards, log_and_continue, web_loader
+from vidtx.data.mixing import TrainingData, TrainingSource, training_data
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.read_ahead import Opened, Pending, open_pending, read_ahead
 from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import CycledSamples, MixedSamples, PassLedger, epoch_shards
-from vidtx.data.sources import TrainingData, TrainingSource, training_data
 from vidtx.data.transforms import TrainTransform
 from vidtx.data.video import SAMPLE_ERRORS, frames_at, sample_name
+from vidtx.data.web_loader import check_shards, log_and_continue, web_loader
 from vidtx.locations import name_of
 
 log = logging.getLogger(__name__)

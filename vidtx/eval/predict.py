@@ -1,7 +1,7 @@
 """One video to class scores with evaluation's own steps: decode at the crop's short side, the
 multi-view test protocol (`vidtx.data.video.test_views`), the one normalisation, the model.
 
-`vidtx.eval.evaluate` runs the same `view_logits` on a shard's views and the served model
+`vidtx.eval.multiview` runs the same `view_logits` on a shard's views and the served model
 (`vidtx.serving`) on the videos it is sent, so the two agree for the same encoded video.
 """
 

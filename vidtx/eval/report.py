@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vidtx.eval.evaluate import EvalResult
 from vidtx.eval.metrics import ClassificationMetrics
+from vidtx.eval.multiview import EvalResult
 from vidtx.markdown import markdown_table
 
 if TYPE_CHECKING:

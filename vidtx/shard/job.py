@@ -25,8 +25,8 @@ from vidtx.log import setup_logging, track
 from vidtx.manifest import Manifest
 from vidtx.processes import forkserver_context, sigterm_raises
 from vidtx.ray_session import is_jobs_api, ray_session, worker_env
+from vidtx.shard.outcome import write_ignored
 from vidtx.shard.plan import ShardSpec, plan_shards, read_dataset
-from vidtx.shard.report import write_ignored
 from vidtx.shard.writer import ShardingError, ShardResult, finalize_split, stats_path, write_shard
 
 # Ray runs a task again when its worker or node dies (not when it raises): a lost node costs a shard

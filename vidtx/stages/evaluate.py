@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vidtx.config import PipelineConfig
-from vidtx.eval.evaluate import EvalResult, evaluate
+from vidtx.eval.multiview import EvalResult, evaluate
 from vidtx.eval.report import render_results
 from vidtx.stages.register import register_trained
 from vidtx.stages.trained_model import TrainedRun, find_trained_run, trained_model

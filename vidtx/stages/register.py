@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vidtx.config import PipelineConfig
-from vidtx.eval.evaluate import EvalResult
+from vidtx.eval.multiview import EvalResult
 from vidtx.stages.trained_model import TrainedRun, load_trained_model
 from vidtx.tracking.model_registry import ModelVersionInfo, register
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from vidtx.eval.evaluate import EvalResult
+from vidtx.eval.multiview import EvalResult
 from vidtx.eval.report import confusion_figure, per_class_rows, write_csv
 
 # How many videos were evaluated and skipped say what was measured, not how well: tags, so that MLflow

@@ -23,7 +23,7 @@ from mlflow.utils.logging_utils import disable_logging, enable_logging
 from torch import nn
 
 from vidtx.config import PipelineConfig, RegistryConfig
-from vidtx.eval.evaluate import EvalResult
+from vidtx.eval.multiview import EvalResult
 from vidtx.eval.report import render_results
 from vidtx.models import count_flops
 from vidtx.serving.classifier import VideoClassifier

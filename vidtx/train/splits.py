@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vidtx import storage
 from vidtx.config import DataConfig, PipelineConfig
-from vidtx.data.sources import TrainingData, relabelled, training_data
+from vidtx.data.mixing import TrainingData, relabelled, training_data
 from vidtx.locations import Location, is_remote
 from vidtx.manifest import MANIFEST_SUFFIX, Manifest, find_splits, load_manifest, manifest_path
 

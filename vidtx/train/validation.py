@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from vidtx.config import DataConfig
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.eval_loader import build_eval_loader
 from vidtx.eval.metrics import top_k_correct
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from vidtx.config import DataConfig, EvalConfig
-from vidtx.data.loader import build_eval_loader
+from vidtx.data.eval_loader import build_eval_loader
 from vidtx.eval.metrics import ClassificationMetrics, classification_metrics, combine_views, video_loss
 from vidtx.eval.predict import view_logits
 from vidtx.log import track

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vidtx import plan
+from vidtx import gpu_plan
 from vidtx.config import load_config
 from vidtx.models import create_model
 
@@ -21,22 +21,22 @@ SSV2 = [
 
 def test_model_states_split_as_zero_stages_say() -> None:
     params, gpus = 1000, 8
-    by_stage = [plan.model_state_bytes(params, stage, gpus, "sgd") for stage in range(4)]
+    by_stage = [gpu_plan.model_state_bytes(params, stage, gpus, "sgd") for stage in range(4)]
     # bf16 weights 2 + bf16 gradients 2 + fp32 master 4 + momentum 4 bytes per parameter
     assert by_stage == [12 * params, (4 + 8 / gpus) * params, (2 + 10 / gpus) * params, 12 * params / gpus]
-    assert plan.model_state_bytes(params, 0, gpus, "adamw") == 16 * params
-    assert all(plan.model_state_bytes(params, stage, 1, "sgd") == 12 * params for stage in range(4))
+    assert gpu_plan.model_state_bytes(params, 0, gpus, "adamw") == 16 * params
+    assert all(gpu_plan.model_state_bytes(params, stage, 1, "sgd") == 12 * params for stage in range(4))
 
 
 def test_activations_are_measured_and_grow_with_the_frames() -> None:
     eight, sixteen = (
-        plan.activation_bytes_per_clip(create_model("xvit_tiny", num_frames=t)) for t in (8, 16)
+        gpu_plan.activation_bytes_per_clip(create_model("xvit_tiny", num_frames=t)) for t in (8, 16)
     )
     assert eight > 0
     assert 1.9 < sixteen / eight < 2.1  # linear in tokens: fused attention keeps no (S, S) matrix
 
 
-SYNTHETIC = plan.ModelFootprint(
+SYNTHETIC = gpu_plan.ModelFootprint(
     "synthetic", num_params=100_000_000, depth=12, activation_bytes_per_clip=2**30, train_flops_per_clip=1e12,
     block_activation_bytes_per_clip=2**30 / 12,
 )  # fmt: skip
@@ -46,8 +46,8 @@ def test_activation_checkpointing_is_accounted_for() -> None:
     """With every block checkpointed, the forward keeps the blocks' inputs only, and the backward
     recomputes one block's activations on top: a larger micro-batch fits."""
     sizes = ["model.name=xvit_tiny", "data.crop_size=56", "data.num_frames=8"]
-    plain = plan.ModelFootprint.measure(load_config(None, sizes))
-    checkpointed = plan.ModelFootprint.measure(
+    plain = gpu_plan.ModelFootprint.measure(load_config(None, sizes))
+    checkpointed = gpu_plan.ModelFootprint.measure(
         load_config(None, [*sizes, "train.activation_checkpointing=1"])
     )
     assert (plain.recomputes, checkpointed.recomputes) == (False, True)
@@ -62,26 +62,26 @@ def test_activation_checkpointing_is_accounted_for() -> None:
 def test_plans_fill_the_global_batch_within_the_memory() -> None:
     for gpus in (1, 2, 4, 8, 16):
         for memory in (24.0, 80.0):
-            p = plan.plan(SYNTHETIC, gpus, memory, global_batch=128)
+            p = gpu_plan.plan(SYNTHETIC, gpus, memory, global_batch=128)
             assert p.micro_batch * p.accumulation * gpus == 128
-            assert p.memory_gib <= plan.USABLE_FRACTION * memory
+            assert p.memory_gib <= gpu_plan.USABLE_FRACTION * memory
             larger = [m for m in range(p.micro_batch + 1, 128 // gpus + 1) if (128 // gpus) % m == 0]
-            assert not larger or larger[0] > plan.max_micro_batch(SYNTHETIC, gpus, memory)
-    assert plan.plan(SYNTHETIC, 1, 6.0, global_batch=128) is None  # the reserve alone fills it
+            assert not larger or larger[0] > gpu_plan.max_micro_batch(SYNTHETIC, gpus, memory)
+    assert gpu_plan.plan(SYNTHETIC, 1, 6.0, global_batch=128) is None  # the reserve alone fills it
     with pytest.raises(ValueError, match="multiple"):
-        plan.plan(SYNTHETIC, 3, 80.0, global_batch=128)
+        gpu_plan.plan(SYNTHETIC, 3, 80.0, global_batch=128)
 
 
 def test_a_higher_zero_stage_fits_a_larger_micro_batch() -> None:
-    fits = [plan.max_micro_batch(SYNTHETIC, 8, 24.0, stage) for stage in range(4)]
+    fits = [gpu_plan.max_micro_batch(SYNTHETIC, 8, 24.0, stage) for stage in range(4)]
     assert fits == sorted(fits)
     assert fits[3] > fits[0]
 
 
 def test_step_time_from_a_measured_or_a_computed_throughput() -> None:
-    assert plan.step_seconds(global_batch=128, gpus=8, clips_per_second_per_gpu=4.0) == pytest.approx(4.0)
+    assert gpu_plan.step_seconds(global_batch=128, gpus=8, clips_per_second_per_gpu=4.0) == pytest.approx(4.0)
     # 1 TFLOP per training clip at 40% of a 1000 TFLOP/s peak: 400 clips/s
-    assert plan.clips_per_second_at(SYNTHETIC, peak_tflops=1000, mfu=0.4) == pytest.approx(400.0)
+    assert gpu_plan.clips_per_second_at(SYNTHETIC, peak_tflops=1000, mfu=0.4) == pytest.approx(400.0)
 
 
 def test_vidtx_plan_prints_step_times_for_a_tiny_config() -> None:
@@ -97,5 +97,5 @@ def test_vidtx_plan_prints_step_times_for_a_tiny_config() -> None:
 def test_readme_sizing_tables_are_what_vidtx_plan_prints() -> None:
     """infra/README.md's numbers come from `vidtx plan` of the SSv2 recipes (X-ViT B/16, measured on
     fake tensors: ~3 s)."""
-    report = plan.report([load_config(path) for path in SSV2], [1, 2, 4, 8, 16, 32, 64], [40, 80, 141])
+    report = gpu_plan.report([load_config(path) for path in SSV2], [1, 2, 4, 8, 16, 32, 64], [40, 80, 141])
     assert report in (ROOT / "infra/README.md").read_text()

@@ -1,4 +1,5 @@
-"""Shards to evaluation batches, and what the train loader (`vidtx.data.train_loader`) shares with it.
+"""Shards to evaluation batches (the train loader: `vidtx.data.train_loader`; what both share:
+`vidtx.data.web_loader`).
 
 Evaluation: the manifest's shards in order, split by rank (whole shards, and the ones left over by
 sample: `vidtx.data.shares`) and by DataLoader worker, not resampled, so all ranks together see every
@@ -26,26 +27,18 @@ from typing import Any
 import torch
 import webdataset as wds
 
-from vidtx import storage
 from vidtx.cache import shard_cache
 from vidtx.config import DataConfig
+from vidtx.data.mixing import relabelled
 from vidtx.data.shares import EvalSamples
-from vidtx.data.sources import relabelled
 from vidtx.data.video import SAMPLE_ERRORS, open_sample, sample_name, test_views
-from vidtx.locations import Location
-from vidtx.manifest import Manifest, damaged_shards, load_manifest
-from vidtx.processes import forkserver_context
+from vidtx.data.web_loader import log_and_continue, web_loader
+from vidtx.manifest import load_manifest
 
 log = logging.getLogger(__name__)
 
 
 EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]  # views uint8 (B, V, T, H, W, C), labels, keys
-
-
-def log_and_continue(err: Exception) -> bool:
-    """webdataset handler: log what could not be read (a truncated or missing tar) and go on."""
-    log.warning("skipping unreadable shard data: %s: %s", type(err).__name__, err)
-    return True
 
 
 def _eval_views(
@@ -67,26 +60,6 @@ def _eval_views(
 def _collate_eval(batch: list[tuple[torch.Tensor, int, str]]) -> EvalBatch:
     views, labels, keys = zip(*batch, strict=True)
     return torch.stack(views), torch.tensor(labels, dtype=torch.int64), list(keys)
-
-
-def web_loader(dataset: wds.DataPipeline, num_workers: int, preload: str = __name__) -> wds.WebLoader:
-    """`dataset` through `num_workers` DataLoader workers, started by a forkserver that has imported
-    `preload` (the module of the pipeline's stages)."""
-    workers = {"multiprocessing_context": forkserver_context(preload)} if num_workers > 0 else {}
-    return wds.WebLoader(
-        dataset, batch_size=None, num_workers=num_workers, pin_memory=torch.cuda.is_available(), **workers
-    )
-
-
-def check_shards(manifest: Manifest, shards_dir: Location) -> None:
-    """Warn about damaged shards (what can be read of them is still used); fail at once, naming the
-    folder, when no shard file exists at all."""
-    for problem in damaged_shards(manifest, check_sha256=False):
-        log.warning("split %s: damaged shard %s; its unreadable samples are skipped", manifest.split, problem)
-    if not any(storage.is_file(url) for url in manifest.shard_urls()):
-        raise FileNotFoundError(
-            f"{shards_dir}: none of the {len(manifest.shards)} '{manifest.split}' shards exists"
-        )
 
 
 def build_eval_loader(
@@ -115,4 +88,4 @@ def build_eval_loader(
         partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops, labels=labels),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )
-    return web_loader(dataset, cfg.num_workers)
+    return web_loader(dataset, cfg.num_workers, __name__)
