@@ -33,8 +33,8 @@ import numpy as np
 from benchmarks.results import RESULTS_DIR, BenchmarkResult, Table, fmt, read_result
 from benchmarks.timing import Samples, interleaved, torch_threads
 from benchmarks.videos import STORES, Dataset, make_datasets, stored_megabytes
+from vidtx.clips.sampling import FrameSampler
 from vidtx.config import DataConfig
-from vidtx.data.sampling import FrameSampler
 from vidtx.data.train_loader import build_train_loader
 from vidtx.data.transforms import TrainTransform
 from vidtx.manifest import FRAMES_MEMBER, load_manifest

@@ -30,8 +30,8 @@ from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.seed_spread import by_label, final, plot_curves, run_and_write, seeds_parser
 from benchmarks.temporal_reasoning import Budget, centre_frames, decode_videos, fit
 from benchmarks.timing import torch_threads
+from vidtx.clips.sampling import FrameSampler
 from vidtx.config import PipelineConfig, load_config
-from vidtx.data.sampling import FrameSampler
 from vidtx.data.transforms import TrainTransform
 from vidtx.log import setup_logging
 from vidtx.model_factory import build_model

@@ -30,7 +30,7 @@ from PIL import Image
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import interleaved
 from benchmarks.videos import shard_store, write_busy_videos
-from vidtx.data.sampling import FrameSampler
+from vidtx.clips.sampling import FrameSampler
 from vidtx.manifest import FRAMES_MEMBER
 
 SAMPLED = 8

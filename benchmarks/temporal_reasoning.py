@@ -45,9 +45,9 @@ from benchmarks.seed_spread import (
     seeds_parser,
 )
 from benchmarks.timing import torch_threads
+from vidtx.clips.normalize import normalize_clips
+from vidtx.clips.sampling import FrameSampler
 from vidtx.config import OptimizerConfig, ScheduleConfig, SynthConfig
-from vidtx.data.sampling import FrameSampler
-from vidtx.data.transforms import normalize_clips
 from vidtx.log import setup_logging
 from vidtx.media.decode import open_video
 from vidtx.models import create_model

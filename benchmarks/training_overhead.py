@@ -24,9 +24,9 @@ from mlflow import MlflowClient
 
 from benchmarks.results import REPO_ROOT, BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, torch_threads
+from vidtx.clips.normalize import normalize_clips
 from vidtx.config import PipelineConfig, SynthConfig, load_config
 from vidtx.data.train_loader import build_train_loader
-from vidtx.data.transforms import normalize_clips
 from vidtx.model_factory import model_for
 from vidtx.shard.job import shard_dataset
 from vidtx.shard.synthetic import generate_dataset

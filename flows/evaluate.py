@@ -8,13 +8,12 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.config.sections import sections_config
-from vidtx.eval.multiview import EvalResult
 from vidtx.eval.report import render_results
+from vidtx.results import EvalResult, ModelVersionInfo
 from vidtx.stages.evaluate import evaluate_trained
 from vidtx.stages.register import register_trained
 from vidtx.stages.trained_model import TrainedRun, find_trained_run
 from vidtx.tracking.links import artifact_link, model_version_link, run_link
-from vidtx.tracking.model_registry import ModelVersionInfo
 
 EvaluateModelConfig = sections_config(
     "evaluate",

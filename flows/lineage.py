@@ -8,9 +8,9 @@ from __future__ import annotations
 from prefect.settings import PREFECT_UI_URL, get_current_settings
 
 from vidtx.config import PipelineConfig
+from vidtx.results import ModelVersionInfo
 from vidtx.tracking.lineage import run_lineage
 from vidtx.tracking.links import model_version_link
-from vidtx.tracking.model_registry import ModelVersionInfo
 
 LOCAL_PREFECT_UI = "http://127.0.0.1:4200"  # where `make ui` serves the Prefect UI
 V2_UI = "/v2"  # the path of Prefect's new UI

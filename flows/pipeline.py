@@ -19,10 +19,10 @@ from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.config.sections import sections_config
 from vidtx.model_factory import check_model_config
+from vidtx.results import ModelVersionInfo
 from vidtx.shard.synthetic import frame_order_verdict
 from vidtx.tracking.lineage import run_lineage
 from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link
-from vidtx.tracking.model_registry import ModelVersionInfo
 from vidtx.tracking.runs import record_run
 from vidtx.train.splits import evaluation_split
 

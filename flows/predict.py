@@ -13,8 +13,9 @@ from prefect.artifacts import create_markdown_artifact
 
 from vidtx.config import PredictConfig
 from vidtx.markdown import markdown_table
+from vidtx.results import PredictionSummary
 from vidtx.serving.classifier import VideoClassifier
-from vidtx.stages.predict import PredictionSummary, load_for_prediction, predict_videos
+from vidtx.stages.predict import load_for_prediction, predict_videos
 from vidtx.tracking.links import model_version_link
 
 SHOWN_ERRORS = 20  # unreadable videos listed in the artifact; the table has them all

@@ -8,14 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from vidtx.data.sampling import FrameSampler
-from vidtx.data.transforms import (
-    EvalTransform,
-    TrainTransform,
-    normalize_clips,
-    random_resized_crop_box,
-    three_crop_boxes,
-)
+from vidtx.clips.crops import EvalTransform, three_crop_boxes
+from vidtx.clips.normalize import normalize_clips
+from vidtx.clips.sampling import FrameSampler
+from vidtx.data.transforms import TrainTransform, random_resized_crop_box
 from vidtx.media.decode import (
     DecordVideo,
     PyAVVideo,

@@ -11,13 +11,14 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
+from vidtx.clips.crops import EvalTransform
+from vidtx.clips.normalize import normalize_clips
+from vidtx.clips.sampling import FrameSampler
+from vidtx.clips.views import video_views, view_logits
 from vidtx.config import DataConfig
 from vidtx.data.eval_loader import build_eval_loader
-from vidtx.data.sampling import FrameSampler
-from vidtx.data.transforms import EvalTransform, normalize_clips
 from vidtx.eval.metrics import classification_metrics, combine_views
 from vidtx.eval.multiview import evaluate, predict_split
-from vidtx.eval.predict import video_views, view_logits
 from vidtx.manifest import load_manifest
 from vidtx.media.decode import open_video, scaled_size
 from vidtx.models import create_model

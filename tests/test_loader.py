@@ -13,9 +13,9 @@ import pytest
 import torch
 import webdataset as wds
 
+from vidtx.clips.sampling import FrameSampler
 from vidtx.config import DataConfig
 from vidtx.data.eval_loader import build_eval_loader
-from vidtx.data.sampling import FrameSampler
 from vidtx.data.shares import epoch_shards
 from vidtx.data.train_loader import build_train_loader
 from vidtx.manifest import Manifest, ShardInfo, content_hash

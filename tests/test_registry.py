@@ -13,9 +13,10 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from vidtx.eval.multiview import EvalResult, evaluate
+from vidtx.eval.multiview import evaluate
 from vidtx.manifest import load_manifest
 from vidtx.models import save_checkpoint
+from vidtx.results import EvalResult
 from vidtx.serving.classifier import VideoClassifier
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.model_registry import load_registered_model, register

@@ -219,7 +219,8 @@ def test_pip_requirements_cover_everything_the_model_imports(
     registered_model: str, videos: list[bytes], tmp_path: Path
 ) -> None:
     """A fresh process loads the model with MLflow and predicts; every distribution that the vidtx
-    modules it then has loaded import is one of the model's pip requirements or installed by them."""
+    modules it then has loaded import is one of the model's pip requirements or installed by them,
+    and every requirement is one of those distributions."""
     video = tmp_path / "clip.mp4"
     video.write_bytes(videos[0])
     script = f"""
@@ -244,4 +245,7 @@ print(json.dumps(sorted(name for name in list(sys.modules) if name.split(".")[0]
     owners = metadata.packages_distributions()
     needed = {owners[name][0].lower().replace("_", "-") for name in third_party}
     assert needed - _requirement_closure(logged.pip_requirements()) == set()
+    imported_distributions = {d.lower() for name in third_party for d in owners[name]}  # mlflow: 3 of them
+    listed = {requirement.split("==")[0].lower() for requirement in logged.pip_requirements()}
+    assert listed - imported_distributions == set(), "a requirement the served model never imports"
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][^+]*", r) for r in logged.pip_requirements())

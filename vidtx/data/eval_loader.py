@@ -7,7 +7,7 @@ sample once and each rank of a split with at least as many samples as ranks has 
 
 Clips leave the loaders as uint8 in the decoders' layout (T, H, W, C) (pinned when CUDA is there);
 `vidtx.data.transforms.normalize_clips` makes them the model's float (B, C, T, H, W) on the device.
-Both stores of `vidtx.manifest` are read (`vidtx.data.video`): a video member decoded with decord
+Both stores of `vidtx.manifest` are read (`vidtx.data.samples`): a video member decoded with decord
 (PyAV as the fallback) at the size the crop needs, or packed JPEG frames of which only the sampled
 ones are decoded.
 
@@ -28,10 +28,11 @@ import torch
 import webdataset as wds
 
 from vidtx.cache import shard_cache
+from vidtx.clips.views import test_views
 from vidtx.config import DataConfig
 from vidtx.data.mixing import relabelled
+from vidtx.data.samples import SAMPLE_ERRORS, open_sample, sample_name
 from vidtx.data.shares import EvalSamples
-from vidtx.data.video import SAMPLE_ERRORS, open_sample, sample_name, test_views
 from vidtx.data.web_loader import log_and_continue, web_loader
 from vidtx.manifest import load_manifest
 

@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from vidtx.clips.sampling import FrameSampler
 from vidtx.config import DataConfig
-from vidtx.data.sampling import FrameSampler
+from vidtx.data.samples import SAMPLE_ERRORS, open_sample
 from vidtx.data.tar_reader import MemberRange
-from vidtx.data.video import SAMPLE_ERRORS, open_sample
 from vidtx.locations import is_remote
 from vidtx.manifest import FRAMES_MEMBER
 from vidtx.media.decode import Video

@@ -13,9 +13,9 @@ import webdataset as wds
 from matplotlib.figure import Figure  # no pyplot: no global backend, no display needed
 
 from vidtx import storage
-from vidtx.data.sampling import FrameSampler
+from vidtx.clips.sampling import FrameSampler
+from vidtx.data.samples import SAMPLE_ERRORS, open_sample, sample_name
 from vidtx.data.tar_reader import tar_samples
-from vidtx.data.video import SAMPLE_ERRORS, open_sample, sample_name
 from vidtx.data.web_loader import log_and_continue
 from vidtx.locations import Location, join, location, name_of, parent_of
 from vidtx.manifest import (

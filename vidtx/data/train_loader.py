@@ -35,15 +35,16 @@ import torch
 import webdataset as wds
 
 from vidtx.cache import shard_cache
+from vidtx.clips.sampling import FrameSampler
+from vidtx.clips.views import frames_at
 from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import fetch_settings
 from vidtx.data.mixing import TrainingData, TrainingSource, training_data
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.read_ahead import Opened, Pending, open_pending, read_ahead
-from vidtx.data.sampling import FrameSampler
+from vidtx.data.samples import SAMPLE_ERRORS, sample_name
 from vidtx.data.shares import CycledSamples, MixedSamples, PassLedger, epoch_shards
 from vidtx.data.transforms import TrainTransform
-from vidtx.data.video import SAMPLE_ERRORS, frames_at, sample_name
 from vidtx.data.web_loader import check_shards, log_and_continue, web_loader
 from vidtx.locations import name_of
 

@@ -1,9 +1,10 @@
-"""Clip-consistent augmentation and test-time crops in uint8, and the one normalisation.
+"""Training's clip-consistent augmentation in uint8 (test-time crops and the one normalisation are in
+`vidtx.clips`, which the served model loads without this module).
 
 Clips stay uint8 in the decoders' layout, (T, H, W, C), from the decoder to the device: the CPU only
-crops, resizes (uint8, antialiased bilinear) and flips; `normalize_clips` turns a batch into the
-model's float (B, C, T, H, W) on the device, at the start of the training step, in evaluation and
-in predict. Every frame of a clip gets the same crop and the same flip: a crop that moved from frame
+crops, resizes (uint8, antialiased bilinear) and flips; `vidtx.clips.normalize.normalize_clips` turns
+a batch into the model's float (B, C, T, H, W) on the device, at the start of the training step, in
+evaluation and in predict. Every frame of a clip gets the same crop and the same flip: a crop that moved from frame
 to frame would add motion the video does not have. Horizontal flip is a switch because it turns
 "moving left" into "moving right".
 """
@@ -11,27 +12,14 @@ to frame would add motion the video does not have. Horizontal flip is a switch b
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from vidtx.clips.crops import Box, crop
 from vidtx.config import CropMode, DataConfig, RandAugmentConfig
 from vidtx.data.augment import auto_augment, rand_augment, random_erasing
 from vidtx.media.resize import resize_frames
-
-Box = tuple[int, int, int, int]  # top, left, height, width
-
-
-def normalize_clips(
-    clips: torch.Tensor, mean: Sequence[float], std: Sequence[float], dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """uint8 clips (..., T, H, W, C) -> (..., C, T, H, W) in `dtype`, (x / 255 - mean) / std, computed
-    in float32 on the clips' device (move them to the model's device first)."""
-    scale = torch.tensor([1.0 / (255.0 * s) for s in std], device=clips.device)
-    shift = torch.tensor([m / s for m, s in zip(mean, std, strict=True)], device=clips.device)
-    normalised = clips.to(torch.float32).mul_(scale).sub_(shift)  # (..., T, H, W, C)
-    return normalised.movedim(-1, -4).to(dtype).contiguous()  # (..., C, T, H, W)
 
 
 def random_resized_crop_box(
@@ -55,25 +43,6 @@ def random_resized_crop_box(
             return top, left, box_h, box_w
     side = min(height, width)  # rare: no sample fitted; fall back to the central square
     return (height - side) // 2, (width - side) // 2, side, side
-
-
-def crop(clip: torch.Tensor, box: Box) -> torch.Tensor:
-    """The box of every frame of a clip (T, H, W, C): a view, no copy."""
-    top, left, box_h, box_w = box
-    return clip[:, top : top + box_h, left : left + box_w]
-
-
-def center_crop_box(height: int, width: int, size: int) -> Box:
-    return (height - size) // 2, (width - size) // 2, size, size
-
-
-def three_crop_boxes(height: int, width: int, size: int) -> list[Box]:
-    """Start, centre and end crops along the longer side (together they cover the whole frame)."""
-    if width >= height:
-        top = (height - size) // 2
-        return [(top, left, size, size) for left in (0, (width - size) // 2, width - size)]
-    left = (width - size) // 2
-    return [(top, left, size, size) for top in (0, (height - size) // 2, height - size)]
 
 
 def scale_jitter_box(
@@ -139,22 +108,3 @@ class TrainTransform:
         if self.random_erasing and rng.random() < self.random_erasing:
             clip = random_erasing(clip, rng)
         return clip
-
-
-class EvalTransform:
-    """Centre crop (1 view) or 3-crop along the long side: uint8 frames (T, H, W, C), with the short
-    side already at `crop_size` (the loader decodes them at that size), -> (crops, T, crop, crop, C)."""
-
-    def __init__(self, crop_size: int, num_crops: int) -> None:
-        if num_crops not in (1, 3):
-            raise ValueError(f"num_crops must be 1 or 3, got {num_crops}")
-        self.crop_size, self.num_crops = crop_size, num_crops
-
-    def __call__(self, frames: np.ndarray | torch.Tensor) -> torch.Tensor:
-        clip = torch.as_tensor(frames)  # (T, H, W, C) uint8
-        height, width = clip.shape[1:3]
-        if self.num_crops == 1:
-            boxes = [center_crop_box(height, width, self.crop_size)]
-        else:
-            boxes = three_crop_boxes(height, width, self.crop_size)
-        return torch.stack([crop(clip, box) for box in boxes])  # (crops, T, crop, crop, C)

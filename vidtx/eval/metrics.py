@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
+
+from vidtx.results import ClassificationMetrics
 
 ENSEMBLES = ("logits_sum", "prob_mean")
 
@@ -20,29 +20,6 @@ def combine_views(view_logits: torch.Tensor) -> dict[str, torch.Tensor]:
         "logits_sum": view_logits.float().sum(dim=1),
         "prob_mean": F.softmax(view_logits.float(), dim=-1).mean(dim=1),
     }
-
-
-@dataclasses.dataclass
-class ClassificationMetrics:
-    """Video-level metrics of one ensemble over a split, from `classification_metrics`.
-
-    Part of the evaluation result: logged to MLflow, rendered in reports and the model card, and
-    the source of the register stage's promotion metric. Accuracies are fractions in [0, 1].
-    """
-
-    top1: float
-    top5: float  # label among the top min(5, K) scores
-    mean_class_accuracy: float  # mean of per_class_accuracy over classes present in the split
-    per_class_accuracy: list[float]  # recall per true class (NaN for classes absent from the split)
-    confusion: list[list[int]]  # rows: true class, columns: predicted class
-    num_videos: int
-
-    def scalars(self, prefix: str = "") -> dict[str, float]:
-        return {
-            f"{prefix}top1": self.top1,
-            f"{prefix}top5": self.top5,
-            f"{prefix}mean_class_accuracy": self.mean_class_accuracy,
-        }
 
 
 def top_k_correct(scores: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:

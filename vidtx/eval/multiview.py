@@ -16,13 +16,14 @@ import ray
 import torch
 from torch import nn
 
+from vidtx.clips.views import view_logits
 from vidtx.config import DataConfig, EvalConfig
 from vidtx.data.eval_loader import build_eval_loader
-from vidtx.eval.metrics import ClassificationMetrics, classification_metrics, combine_views, video_loss
-from vidtx.eval.predict import view_logits
+from vidtx.eval.metrics import classification_metrics, combine_views, video_loss
 from vidtx.log import track
 from vidtx.manifest import Manifest
 from vidtx.ray_session import ray_session
+from vidtx.results import EvalResult
 
 logger = logging.getLogger(__name__)
 
@@ -42,32 +43,6 @@ class ViewLogits:
             return ViewLogits(torch.empty(0), torch.empty(0, dtype=torch.int64), [])
         keys = [key for part in parts for key in part.keys]
         return ViewLogits(torch.cat([p.logits for p in parts]), torch.cat([p.labels for p in parts]), keys)
-
-
-@dataclasses.dataclass
-class EvalResult:
-    """The multi-view evaluation of one model on one split: what the registry compares and logs."""
-
-    split: str
-    views: str  # "clips x crops"
-    primary: str  # the ensemble that `metrics()` reports unprefixed
-    by_ensemble: dict[str, ClassificationMetrics]
-    loss: float
-    num_videos: int
-    num_skipped: int  # in the manifest but not decodable now
-    class_names: list[str]
-    manifest_hash: str  # with `views`, what makes two results comparable
-
-    def metrics(self) -> dict[str, float]:
-        """Flat scalars: the primary ensemble unprefixed, then every ensemble under its name."""
-        flat = self.by_ensemble[self.primary].scalars()
-        for ensemble, metrics in self.by_ensemble.items():
-            flat |= metrics.scalars(f"{ensemble}/")
-        return flat | {
-            "loss": self.loss,
-            "videos": float(self.num_videos),
-            "skipped": float(self.num_skipped),
-        }
 
 
 @torch.no_grad()

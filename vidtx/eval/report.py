@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vidtx.eval.metrics import ClassificationMetrics
-from vidtx.eval.multiview import EvalResult
 from vidtx.markdown import markdown_table
+from vidtx.results import ClassificationMetrics, EvalResult
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

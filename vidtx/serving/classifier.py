@@ -7,12 +7,11 @@ reads; over HTTP, base64) or strings naming videos (a path here, `s3://`, `gs://
 Output, one row per input row: `label` and `score` (the top class and its softmax probability, the
 mean over the views), `top_k_labels` and `top_k_scores` (best first), and `error`: None, or why that
 video could not be read, in which case the other columns are empty and the other rows are still
-predicted. Decoding, frame sampling, views and normalisation are evaluation's (`vidtx.eval.predict`).
+predicted. Decoding, frame sampling, views and normalisation are evaluation's (`vidtx.clips.views`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,12 @@ from mlflow.pyfunc import PythonModel, PythonModelContext
 from torch import nn
 
 from vidtx import storage
+from vidtx.clips.views import video_views, view_logits
 from vidtx.config import PipelineConfig, load_config
-from vidtx.eval.predict import video_views, view_logits
 from vidtx.locations import location
 from vidtx.media.decode import VideoDecodeError
 from vidtx.models import load_checkpoint
+from vidtx.results import Classification
 
 INPUT_COLUMN = "video"
 OUTPUT_COLUMNS = ("label", "score", "top_k_labels", "top_k_scores", "error")
@@ -35,17 +35,6 @@ DEFAULT_TOP_K = 5
 # the model's artifacts: key -> file name (MLflow copies each to <model>/artifacts/<file name>)
 ARTIFACT_FILES = {"weights": "model.pt", "config": "config.yaml", "class_names": "labels.json"}
 VIDEO_ERRORS = (OSError, VideoDecodeError, ValueError)  # what one unreadable video raises
-
-
-@dataclasses.dataclass
-class Classification:
-    """One video's row of the output; an unreadable video has only `error`."""
-
-    label: str | None = None
-    score: float | None = None
-    top_k_labels: list[str] = dataclasses.field(default_factory=list)
-    top_k_scores: list[float] = dataclasses.field(default_factory=list)
-    error: str | None = None
 
 
 def error_text(err: Exception) -> str:

@@ -38,11 +38,9 @@ from vidtx.models import save_checkpoint
 from vidtx.serving.classifier import ARTIFACT_FILES, DEFAULT_TOP_K, INPUT_COLUMN, VideoClassifier
 
 MODEL_CODE = Path(__file__).with_name("pyfunc_model.py")
-# what the classifier imports, beyond the standard library and vidtx (tests/test_serving.py checks it)
-SERVING_DISTRIBUTIONS = (
-    "mlflow", "torch", "numpy", "pandas", "pyarrow", "pydantic", "PyYAML", "av", "decord", "simplejpeg",
-    "webdataset", "pillow", "tqdm", "rich",
-)  # fmt: skip
+# what the classifier imports, beyond the standard library and vidtx, and nothing else
+# (tests/test_serving.py checks both ways)
+SERVING_DISTRIBUTIONS = ("mlflow", "torch", "numpy", "pandas", "pyarrow", "pydantic", "PyYAML", "av", "decord")
 
 
 class InvalidServingInputError(RuntimeError):

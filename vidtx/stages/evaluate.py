@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from vidtx.config import PipelineConfig
-from vidtx.eval.multiview import EvalResult, evaluate
+from vidtx.eval.multiview import evaluate
 from vidtx.eval.report import render_results
+from vidtx.results import EvalResult
 from vidtx.stages.register import register_trained
 from vidtx.stages.trained_model import TrainedRun, find_trained_run, trained_model
 from vidtx.tracking.evaluation import log_evaluation

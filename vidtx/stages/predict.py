@@ -10,7 +10,6 @@ looked, checked first.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -24,10 +23,11 @@ from mlflow.exceptions import MlflowException
 from vidtx import storage
 from vidtx.config import PredictConfig, apply_overrides, validate_config
 from vidtx.locations import Location, bucket_of, is_remote, join, location, parent_of
+from vidtx.results import PredictionSummary
 from vidtx.serving.classifier import VideoClassifier
 from vidtx.shard.annotations import read_csv_rows
 from vidtx.shard.folder import walk
-from vidtx.stages.scoring import score_here, score_on_ray, table_writer
+from vidtx.stages.scoring import score_here, table_writer
 from vidtx.tracking.model_registry import load_registered_model
 from vidtx.tracking.runs import mlflow_uris, sqlite_file
 
@@ -38,18 +38,6 @@ CSV_COLUMNS = ("path", "video")  # the column of a CSV list of videos
 
 class RegisteredModelNotFoundError(ValueError):
     """The registered model is not in the registry that was looked at; the message names its URI."""
-
-
-@dataclasses.dataclass
-class PredictionSummary:
-    model_uri: str  # the version that answered: models:/<name>/<version>
-    videos: int
-    failed: int  # rows with an error
-    output: Location | None  # the table, when one was written
-
-    def text(self) -> str:
-        table = f", table {self.output}" if self.output is not None else ""
-        return f"{self.videos} videos scored by {self.model_uri}, {self.failed} unreadable{table}"
 
 
 def _local_store(uri: str) -> Path | None:
@@ -167,11 +155,12 @@ def predict_videos(
     if not videos:
         raise ValueError(f"no videos to score in {', '.join(inputs)}")
     views = {"top_k": predict.top_k, "num_clips": config.eval.num_clips, "num_crops": config.eval.num_crops}
-    batches = (
-        score_on_ray(classifier, videos, views, predict)
-        if predict.ray_address
-        else score_here(classifier, videos, views, predict.batch_size)
-    )
+    if predict.ray_address:
+        from vidtx.stages.ray_scoring import score_on_ray  # Ray only where it is asked for
+
+        batches = score_on_ray(classifier, videos, views, predict)
+    else:
+        batches = score_here(classifier, videos, views, predict.batch_size)
     failed = 0
     with table_writer(predict.output) as append:
         for frame in batches:
@@ -179,4 +168,5 @@ def predict_videos(
             for _, row in frame.iterrows():
                 failed += row["error"] is not None
                 on_row(row)
-    return PredictionSummary(version, len(videos), failed, predict.output)
+    table = None if predict.output is None else str(predict.output)
+    return PredictionSummary(version, len(videos), failed, table)

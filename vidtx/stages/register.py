@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from vidtx.config import PipelineConfig
-from vidtx.eval.multiview import EvalResult
+from vidtx.results import EvalResult, ModelVersionInfo
 from vidtx.stages.trained_model import TrainedRun, load_trained_model
-from vidtx.tracking.model_registry import ModelVersionInfo, register
+from vidtx.tracking.model_registry import register
 
 
 def register_trained(config: PipelineConfig, trained: TrainedRun, result: EvalResult) -> ModelVersionInfo:

@@ -10,11 +10,11 @@ from mlflow import MlflowClient
 from pydantic import BaseModel
 
 from vidtx.markdown import markdown_table
+from vidtx.results import ModelVersionInfo
 from vidtx.stages.evaluate import evaluate_trained
 from vidtx.stages.register import register_trained
 from vidtx.stages.sweep_trial import SweepPlan
 from vidtx.stages.trained_model import find_trained_run
-from vidtx.tracking.model_registry import ModelVersionInfo
 from vidtx.tracking.sweeps import TrialRow, finish_sweep_run, trial_runs
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from vidtx.eval.multiview import EvalResult
 from vidtx.eval.report import confusion_figure, per_class_rows, write_csv
+from vidtx.results import EvalResult
 
 # How many videos were evaluated and skipped say what was measured, not how well: tags, so that MLflow
 # draws no single-value bar chart of them among the metrics (a newcomer met `skipped 0.00` first).

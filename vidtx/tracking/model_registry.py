@@ -10,7 +10,6 @@ deprecated stages.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import tempfile
 from collections.abc import Iterator
@@ -23,9 +22,9 @@ from mlflow.utils.logging_utils import disable_logging, enable_logging
 from torch import nn
 
 from vidtx.config import PipelineConfig, RegistryConfig
-from vidtx.eval.multiview import EvalResult
 from vidtx.eval.report import render_results
 from vidtx.models import count_flops
+from vidtx.results import EvalResult, ModelVersionInfo
 from vidtx.serving.classifier import VideoClassifier
 from vidtx.serving.packaging import log_classifier, read_classifier
 from vidtx.tracking.runs import mlflow_uris
@@ -35,27 +34,6 @@ logger = logging.getLogger(__name__)
 CARD_FILE = "MODEL_CARD.md"
 METRIC_TAG = "vidtx.metric.{}"
 SPLIT_TAG = "vidtx.eval_split"  # manifest hash + views: what makes two metrics comparable
-
-
-@dataclasses.dataclass
-class ModelVersionInfo:
-    """What the register stage registered: the new model version and the promotion decision."""
-
-    name: str  # registered model name (`registry.model_name`)
-    version: str
-    model_uri: str  # models:/<name>/<version>
-    aliases: list[str]  # the version's aliases after registration (challenger, maybe champion)
-    promoted: bool  # became champion
-    reason: str  # why it did or did not become champion, or got no alias
-    run_id: str  # the MLflow run the model was logged into (the training run)
-
-    @property
-    def alias_text(self) -> str:
-        return ", ".join(self.aliases) or "none"
-
-    def summary(self) -> str:
-        """One line: the version, its aliases and why."""
-        return f"registered {self.model_uri} aliases {self.alias_text}: {self.reason}"
 
 
 @contextlib.contextmanager

@@ -17,8 +17,8 @@ import ray.train
 import torch
 import torch.distributed as dist
 
+from vidtx.clips.normalize import normalize_clips
 from vidtx.data.train_loader import TrainBatch, build_train_loader
-from vidtx.data.transforms import normalize_clips
 from vidtx.model_factory import model_for
 from vidtx.models import count_flops
 from vidtx.tracking.rank_zero import RankZeroMetrics

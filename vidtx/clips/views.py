@@ -1,0 +1,61 @@
+"""One encoded video to class scores with evaluation's own steps: decoded at the crop's short side, the
+multi-view test protocol (`test_views`), the one normalisation, the model.
+
+`vidtx.eval.multiview` runs the same `test_views` and `view_logits` on a shard's videos and the served
+model (`vidtx.serving`) on the videos it is sent, so the two agree for the same encoded video.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from vidtx.clips.crops import EvalTransform
+from vidtx.clips.normalize import normalize_clips
+from vidtx.clips.sampling import FrameSampler
+from vidtx.config import DataConfig
+from vidtx.media.decode import Video, open_video, probe_video, scaled_size
+
+
+def open_encoded(data: bytes, stored: tuple[int, int], short_side: int, num_threads: int) -> Video:
+    """An encoded video of `stored` (width, height) decoded with its short side at `short_side`: how
+    evaluation opens a shard's video member and the served model a video it is sent."""
+    size = scaled_size(*stored, short_side)
+    # decord scales while it decodes; at the stored size it needs no scaler at all
+    return open_video(data, size=None if size == stored else size, num_threads=num_threads)
+
+
+def frames_at(video: Video, indices: np.ndarray) -> np.ndarray:
+    """Frames for an index array of any shape, decoding each distinct frame once: (*shape, H, W, 3)."""
+    unique, inverse = np.unique(indices, return_inverse=True)
+    frames = video.frames(unique.tolist())  # (distinct, H, W, 3)
+    if len(unique) == indices.size and np.array_equal(unique, indices.ravel()):
+        return frames.reshape(*indices.shape, *frames.shape[1:])  # sorted, no repeats: no copy
+    return frames[inverse.reshape(indices.shape)]
+
+
+def test_views(video: Video, cfg: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
+    """The multi-view test protocol for one video: uint8 views (clips * crops, T, crop, crop, C).
+
+    `video` must be decoded with its short side at `cfg.crop_size`, so the crops cover the frame.
+    """
+    sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
+    transform = EvalTransform(cfg.crop_size, num_crops)
+    clips = frames_at(video, sampler.test(video.num_frames, num_clips))  # (clips, T, H, W, 3)
+    return torch.cat([transform(frames) for frames in clips])
+
+
+def video_views(payload: bytes, data: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
+    """The test views of an encoded video: uint8 (num_clips * num_crops, T, crop, crop, C)."""
+    info = probe_video(payload)
+    video = open_encoded(payload, (info.width, info.height), data.crop_size, data.decode_threads)
+    return test_views(video, data, num_clips, num_crops)
+
+
+@torch.no_grad()
+def view_logits(model: nn.Module, data: DataConfig, views: torch.Tensor) -> torch.Tensor:
+    """Float32 logits (N, K) of uint8 clips (N, T, H, W, C), normalised on the model's device."""
+    weights = next(model.parameters())
+    clips = normalize_clips(views.to(weights.device, non_blocking=True), data.mean, data.std, weights.dtype)
+    return model(clips).float()  # clips (N, C, T, H, W) -> (N, K)

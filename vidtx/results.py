@@ -1,0 +1,100 @@
+"""The plain types that cross from one stage to the next: an evaluation's metrics and result, a
+video's prediction, a registered model version. The standard library only, so that what imports
+them (the served model, `vidtx predict`, the flows' parameters) loads nothing else for them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class ClassificationMetrics:
+    """Video-level metrics of one ensemble over a split, from `classification_metrics`.
+
+    Part of the evaluation result: logged to MLflow, rendered in reports and the model card, and
+    the source of the register stage's promotion metric. Accuracies are fractions in [0, 1].
+    """
+
+    top1: float
+    top5: float  # label among the top min(5, K) scores
+    mean_class_accuracy: float  # mean of per_class_accuracy over classes present in the split
+    per_class_accuracy: list[float]  # recall per true class (NaN for classes absent from the split)
+    confusion: list[list[int]]  # rows: true class, columns: predicted class
+    num_videos: int
+
+    def scalars(self, prefix: str = "") -> dict[str, float]:
+        return {
+            f"{prefix}top1": self.top1,
+            f"{prefix}top5": self.top5,
+            f"{prefix}mean_class_accuracy": self.mean_class_accuracy,
+        }
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """The multi-view evaluation of one model on one split: what the registry compares and logs."""
+
+    split: str
+    views: str  # "clips x crops"
+    primary: str  # the ensemble that `metrics()` reports unprefixed
+    by_ensemble: dict[str, ClassificationMetrics]
+    loss: float
+    num_videos: int
+    num_skipped: int  # in the manifest but not decodable now
+    class_names: list[str]
+    manifest_hash: str  # with `views`, what makes two results comparable
+
+    def metrics(self) -> dict[str, float]:
+        """Flat scalars: the primary ensemble unprefixed, then every ensemble under its name."""
+        flat = self.by_ensemble[self.primary].scalars()
+        for ensemble, metrics in self.by_ensemble.items():
+            flat |= metrics.scalars(f"{ensemble}/")
+        return flat | {
+            "loss": self.loss,
+            "videos": float(self.num_videos),
+            "skipped": float(self.num_skipped),
+        }
+
+
+@dataclasses.dataclass
+class ModelVersionInfo:
+    """What the register stage registered: the new model version and the promotion decision."""
+
+    name: str  # registered model name (`registry.model_name`)
+    version: str
+    model_uri: str  # models:/<name>/<version>
+    aliases: list[str]  # the version's aliases after registration (challenger, maybe champion)
+    promoted: bool  # became champion
+    reason: str  # why it did or did not become champion, or got no alias
+    run_id: str  # the MLflow run the model was logged into (the training run)
+
+    @property
+    def alias_text(self) -> str:
+        return ", ".join(self.aliases) or "none"
+
+    def summary(self) -> str:
+        """One line: the version, its aliases and why."""
+        return f"registered {self.model_uri} aliases {self.alias_text}: {self.reason}"
+
+
+@dataclasses.dataclass
+class Classification:
+    """One video's row of the output; an unreadable video has only `error`."""
+
+    label: str | None = None
+    score: float | None = None
+    top_k_labels: list[str] = dataclasses.field(default_factory=list)
+    top_k_scores: list[float] = dataclasses.field(default_factory=list)
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class PredictionSummary:
+    model_uri: str  # the version that answered: models:/<name>/<version>
+    videos: int
+    failed: int  # rows with an error
+    output: str | None  # the table (a path or a bucket URL), when one was written
+
+    def text(self) -> str:
+        table = f", table {self.output}" if self.output is not None else ""
+        return f"{self.videos} videos scored by {self.model_uri}, {self.failed} unreadable{table}"
