@@ -234,8 +234,20 @@ def test_the_served_model_and_predict_load_nothing_heavy(entry: str) -> None:
     training's augmentation, nor the training or sharding packages."""
     code = f"import sys, {entry}; print(' '.join(sys.modules))"
     loaded = set(
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
     )
     assert entry in loaded
     assert loaded & HEAVY == set()
     assert [module for module in loaded if module.startswith(("vidtx.train", "vidtx.data"))] == []
+
+
+def test_only_storage_asks_whether_a_location_is_in_a_bucket() -> None:
+    """Outside `vidtx.storage`, code joins, lists, opens, copies and caches locations through it and
+    never branches on the scheme itself."""
+    callers = [
+        module for module, path in source_modules().items()
+        if "is_remote(" in path.read_text() and not within(module, "vidtx.storage")
+    ]  # fmt: skip
+    assert callers == []

@@ -17,7 +17,6 @@ from vidtx.config import DatasetFormat, ShardConfig
 from vidtx.locations import Location
 from vidtx.manifest import load_manifest
 from vidtx.shard.job import plan_dataset, shard_dataset
-from vidtx.shard.records import relative_to_root
 from vidtx.shard.sources import Source, read_source
 from vidtx.shard.writer import write_shard
 
@@ -113,9 +112,10 @@ def summary(source: Source, root: Location) -> list[tuple[object, ...]]:
         return str(text).replace(str(root), "ROOT") if text is not None else None
 
     records = [
-        (r.key, r.label, r.split, relative_to_root(r.path, root), here(r.problem)) for r in source.records
+        (r.key, r.label, r.split, storage.relative_name(r.path, root), here(r.problem))
+        for r in source.records
     ]
-    ignored = [(relative_to_root(i.path, root), i.reason) for i in source.ignored]
+    ignored = [(storage.relative_name(i.path, root), i.reason) for i in source.ignored]
     return [source.class_names, records, ignored]
 
 

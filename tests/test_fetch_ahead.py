@@ -22,8 +22,9 @@ from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
 from vidtx.data.shares import epoch_shards
 from vidtx.data.train_loader import build_train_loader
-from vidtx.locations import location, name_of
+from vidtx.locations import location
 from vidtx.manifest import load_manifest
+from vidtx.storage import name_of
 
 pytestmark = pytest.mark.slow
 

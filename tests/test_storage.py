@@ -24,10 +24,11 @@ from vidtx.cache import ShardCache, is_cached_tar
 from vidtx.config import DataConfig, ShardConfig
 from vidtx.data.eval_loader import build_eval_loader
 from vidtx.data.train_loader import build_train_loader
-from vidtx.locations import join, location, name_of, parent_of
+from vidtx.locations import location
 from vidtx.manifest import damaged_shards, find_splits, load_manifest
 from vidtx.shard.job import plan_dataset
 from vidtx.shard.writer import write_shard
+from vidtx.storage import join, name_of, parent_of
 
 
 def test_a_location_is_a_path_here_or_a_url_in_a_bucket() -> None:

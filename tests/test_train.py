@@ -31,10 +31,11 @@ from vidtx.data.shares import UnreadableShardsError, epoch_shards
 from vidtx.data.train_loader import build_train_loader
 from vidtx.eval.metrics import top_k_correct
 from vidtx.eval.multiview import predict_split
-from vidtx.locations import Location, join, location
+from vidtx.locations import Location, location
 from vidtx.manifest import load_manifest
 from vidtx.shard.job import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
+from vidtx.storage import join
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
 from vidtx.train.launcher import train

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from vidtx import storage
 from vidtx.config import DataConfig
-from vidtx.locations import name_of
+from vidtx.storage import name_of
 
 TEMPORARY_MARK = ".part-"
 LOCK_SUFFIX = ".lock"  # beside each tar: held while one process of the node fetches it

@@ -2,8 +2,9 @@
 
 A location is a `Path` when it is on this machine (a `file://` URL becomes its path) and a URL
 string when it is in a bucket. `location()` is the one parser of what a config or a command line
-holds; `vidtx.storage` is the one client that reaches remote ones. The standard library and pydantic
-only, so that the config schema can type its fields with `StorageLocation`.
+holds; everything done with a location (join, name, list, open, read, write, copy, cache) is in
+`vidtx.storage`. The standard library and pydantic only, so that the config schema can type its fields
+with `StorageLocation`.
 """
 
 from __future__ import annotations
@@ -33,35 +34,6 @@ def location(value: str | os.PathLike[str]) -> Location:
     if scheme == "file":
         return Path("/" + rest.lstrip("/"))
     raise ValueError(f"{text}: unsupported storage scheme {scheme!r} (a path, file://, s3:// or gs://)")
-
-
-def is_remote(where: Location) -> bool:
-    return isinstance(where, str) and where.partition("://")[0] in REMOTE_SCHEMES
-
-
-def join(where: Location, *names: str) -> Location:
-    """`where/name/...`, a location of the same kind."""
-    if is_remote(where):
-        return "/".join([str(where).rstrip("/"), *names])
-    return Path(where).joinpath(*names)
-
-
-def name_of(where: Location) -> str:
-    """The last part of a location (a file's name)."""
-    return str(where).rstrip("/").rsplit("/", 1)[-1]
-
-
-def parent_of(where: Location) -> Location:
-    """The folder (or bucket prefix) that holds `where`."""
-    if is_remote(where):
-        return str(where).rstrip("/").rsplit("/", 1)[0]
-    return Path(where).parent
-
-
-def bucket_of(where: str) -> tuple[str, str]:
-    """(scheme, bucket) of a remote location."""
-    scheme, _, rest = where.partition("://")
-    return scheme, rest.split("/", 1)[0]
 
 
 # A config field that holds a location: validated by `location`, written back as the text it was.

@@ -22,7 +22,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
 from vidtx import storage
-from vidtx.locations import Location, is_remote, join
+from vidtx.locations import Location
+from vidtx.storage import join
 
 MANIFEST_SUFFIX = ".manifest.json"
 REJECTS_SUFFIX = ".rejects.jsonl"
@@ -163,18 +164,6 @@ class Manifest(BaseModel):
         return storage.write_text(manifest_path(folder, self.split), self.model_dump_json(indent=2) + "\n")
 
 
-def file_sha256(path: Location) -> str:
-    """The sha256 of a file, local or in a bucket (read front to back once, in small blocks)."""
-    if not is_remote(path):
-        with Path(path).open("rb") as file:
-            return hashlib.file_digest(file, "sha256").hexdigest()
-    digest = hashlib.sha256()
-    with storage.open_input(path) as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def damaged_shards(manifest: Manifest, *, check_sha256: bool = True) -> list[str]:
     """One line per shard of the manifest that is missing, has another size or (when
     `check_sha256`, which reads every byte) another sha256 than the manifest records."""
@@ -186,7 +175,7 @@ def damaged_shards(manifest: Manifest, *, check_sha256: bool = True) -> list[str
             problems.append(
                 f"{shard.name}: {size} bytes, the manifest says {shard.bytes} (truncated or replaced)"
             )
-        elif check_sha256 and file_sha256(url) != shard.sha256:
+        elif check_sha256 and storage.sha256(url) != shard.sha256:
             problems.append(f"{shard.name}: sha256 mismatch against the manifest (corrupted or replaced)")
     return problems
 

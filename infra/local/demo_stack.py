@@ -23,8 +23,8 @@ from uuid import UUID
 from infra.local.stack import BIN, ROOT, Stack
 from vidtx import storage
 from vidtx.config import PipelineConfig, load_config
-from vidtx.locations import parent_of
 from vidtx.shard.synthetic import generate_dataset
+from vidtx.storage import parent_of
 
 STACK_CONFIG = ROOT / "configs" / "experiments" / "stack.yaml"
 DEPLOYMENT = "video-pipeline/stack"

@@ -17,11 +17,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from vidtx import storage
 from vidtx.clips.sampling import FrameSampler
 from vidtx.config import DataConfig
 from vidtx.data.samples import SAMPLE_ERRORS, open_sample
 from vidtx.data.tar_reader import MemberRange
-from vidtx.locations import is_remote
 from vidtx.manifest import FRAMES_MEMBER
 from vidtx.media.decode import Video
 from vidtx.media.frames import JpegFrames
@@ -56,7 +56,7 @@ def open_pending(pending: Pending, cfg: DataConfig, sampler: FrameSampler) -> Op
 
 def _in_a_bucket(sample: dict[str, Any]) -> bool:
     member = sample.get(FRAMES_MEMBER)
-    return isinstance(member, MemberRange) and is_remote(member.path)
+    return isinstance(member, MemberRange) and storage.local_path(member.path) is None
 
 
 def read_ahead(

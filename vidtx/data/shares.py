@@ -25,11 +25,12 @@ import numpy as np
 import torch
 import webdataset as wds
 
+from vidtx import storage
 from vidtx.cache import ShardCache
 from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
 from vidtx.data.mixing import TrainingData
 from vidtx.data.tar_reader import tar_samples
-from vidtx.locations import is_remote, name_of, parent_of
+from vidtx.storage import name_of, parent_of
 
 Handler = Callable[[Exception], bool]  # what a webdataset stage does with an error (True: go on)
 
@@ -123,7 +124,12 @@ class CycledSamples(torch.utils.data.IterableDataset):
         rng = np.random.default_rng([self.seed, worker])
         passes = ([mine[i] for i in rng.permutation(len(mine))] for _ in itertools.count())
         fetcher = None
-        if self.cache is not None and self.fetch is not None and self.fetch.ahead and is_remote(mine[0]):
+        if (
+            self.cache is not None
+            and self.fetch is not None
+            and self.fetch.ahead
+            and storage.local_path(mine[0]) is None
+        ):
             fetcher = FetchAhead(self.cache, self.fetch)
         copies = fetcher or self.cache
         handler, order = self.handler, next(passes)

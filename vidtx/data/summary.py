@@ -17,7 +17,7 @@ from vidtx.clips.sampling import FrameSampler
 from vidtx.data.samples import SAMPLE_ERRORS, open_sample, sample_name
 from vidtx.data.tar_reader import tar_samples
 from vidtx.data.web_loader import log_and_continue
-from vidtx.locations import Location, join, location, name_of, parent_of
+from vidtx.locations import Location, location
 from vidtx.manifest import (
     MANIFEST_SUFFIX,
     Manifest,
@@ -26,6 +26,7 @@ from vidtx.manifest import (
     load_manifest,
     reason_counts,
 )
+from vidtx.storage import join, name_of, parent_of
 
 log = logging.getLogger(__name__)
 

@@ -17,19 +17,19 @@ tar without an index) is streamed with one request and read as a stream.
 from __future__ import annotations
 
 import contextlib
-import os
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import webdataset as wds
 
 from vidtx import storage
 from vidtx.cache import LocalCopies
-from vidtx.locations import is_remote, join, name_of, parent_of
 from vidtx.manifest import FRAMES_MEMBER, MemberIndex, index_name
 from vidtx.media.decode import VideoDecodeError
+from vidtx.storage import join, name_of, parent_of
 
 
 @dataclass(frozen=True)
@@ -41,20 +41,13 @@ class MemberRange:
     size: int
 
     def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes [start, end) of the member for each range, from one open file; in a bucket, one
-        request for the span of all of them (a read that fails: `VideoDecodeError`, the sample is skipped)."""
-        if is_remote(self.path):
-            first, last = min(start for start, _ in ranges), max(end for _, end in ranges)
-            try:
-                span = storage.read_range(self.path, self.offset + first, self.offset + last)
-            except OSError as err:
-                raise VideoDecodeError(f"frames not read: {err}") from err
-            return [span[start - first : end - first] for start, end in ranges]
-        descriptor = os.open(self.path, os.O_RDONLY)
+        """The bytes [start, end) of the member for each range (`vidtx.storage.read_ranges`: from one
+        open file, or one request in a bucket); a read that fails is a `VideoDecodeError`, and the
+        sample is skipped."""
         try:
-            return [os.pread(descriptor, end - start, self.offset + start) for start, end in ranges]
-        finally:
-            os.close(descriptor)
+            return storage.read_ranges(self.path, self.offset, ranges)
+        except OSError as err:
+            raise VideoDecodeError(f"frames not read: {err}") from err
 
 
 def _members(url: str, cache: LocalCopies | None = None) -> Iterator[dict[str, Any]]:
@@ -63,8 +56,10 @@ def _members(url: str, cache: LocalCopies | None = None) -> Iterator[dict[str, A
 
     A sample's members are held back until the next sample begins or the tar ends, so that a read
     error drops the sample it cut short (it may miss members) rather than pass on a part of it."""
-    path = str(cache.local_copy(url)) if cache is not None and is_remote(url) else url
-    if is_remote(path) and (index := _member_index(path)) is not None:
+    local = storage.local_path(url)
+    if local is None and cache is not None:
+        local = cache.local_copy(url)
+    if local is None and (index := _member_index(url)) is not None:
         for indexed in index.samples:
             offset, size = indexed.frames
             yield {"fname": f"{indexed.key}.json", "data": indexed.meta.encode(), "__url__": url}
@@ -76,16 +71,15 @@ def _members(url: str, cache: LocalCopies | None = None) -> Iterator[dict[str, A
         yield {}
         return
     sample: list[dict[str, Any]] = []  # the members read so far of the sample being read
-    remote = is_remote(path)
-    with _open_tar(path) as archive:
+    with _open_tar(url, local) as archive:
         for info in archive:
             if not info.isreg():
                 continue
             if sample and _key(info.name) != _key(sample[0]["fname"]):
                 yield from sample
                 sample = []
-            if info.name.partition(".")[2] == FRAMES_MEMBER and not remote:
-                data: bytes | MemberRange = MemberRange(path, info.offset_data, info.size)
+            if info.name.partition(".")[2] == FRAMES_MEMBER and local is not None:
+                data: bytes | MemberRange = MemberRange(str(local), info.offset_data, info.size)
             else:
                 data = archive.extractfile(info).read()  # type: ignore[union-attr]
                 if len(data) != info.size:
@@ -106,10 +100,11 @@ def _member_index(url: str) -> MemberIndex | None:
 
 
 @contextlib.contextmanager
-def _open_tar(url: str) -> Iterator[tarfile.TarFile]:
-    """A local tar opened for random access; one in a bucket as a stream of one request."""
-    if not is_remote(url):
-        with tarfile.open(url, "r:") as archive:
+def _open_tar(url: str, local: Path | None) -> Iterator[tarfile.TarFile]:
+    """The tar's file on this machine (`local`) opened for random access; else the tar at `url` as a
+    stream of one request."""
+    if local is not None:
+        with tarfile.open(local, "r:") as archive:
             yield archive
         return
     with storage.open_input(url) as stream, tarfile.open(fileobj=stream, mode="r|") as archive:

@@ -46,7 +46,7 @@ from vidtx.data.samples import SAMPLE_ERRORS, sample_name
 from vidtx.data.shares import CycledSamples, MixedSamples, PassLedger, epoch_shards
 from vidtx.data.transforms import TrainTransform
 from vidtx.data.web_loader import check_shards, log_and_continue, web_loader
-from vidtx.locations import name_of
+from vidtx.storage import name_of
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,17 @@ from vidtx.serving.classifier import ARTIFACT_FILES, DEFAULT_TOP_K, INPUT_COLUMN
 MODEL_CODE = Path(__file__).with_name("pyfunc_model.py")
 # what the classifier imports, beyond the standard library and vidtx, and nothing else
 # (tests/test_serving.py checks both ways)
-SERVING_DISTRIBUTIONS = ("mlflow", "torch", "numpy", "pandas", "pyarrow", "pydantic", "PyYAML", "av", "decord")
+SERVING_DISTRIBUTIONS = (
+    "mlflow",
+    "torch",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "pydantic",
+    "PyYAML",
+    "av",
+    "decord",
+)
 
 
 class InvalidServingInputError(RuntimeError):

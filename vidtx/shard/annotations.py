@@ -15,7 +15,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from vidtx import storage
-from vidtx.locations import Location, name_of
+from vidtx.locations import Location
+from vidtx.storage import name_of
 
 
 class AnnotationError(ValueError):

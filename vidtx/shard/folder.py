@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from vidtx import storage
-from vidtx.locations import Location, is_remote, join
+from vidtx.locations import Location
 from vidtx.manifest import VIDEO_EXTENSIONS
 from vidtx.shard.records import (
     Ignored,
@@ -35,6 +35,7 @@ from vidtx.shard.records import (
     split_name,
     unique_keys,
 )
+from vidtx.storage import join
 
 KNOWN_SPLITS = frozenset({"train", "training", "val", "valid", "validation", "dev", "test", "testing"})
 
@@ -58,7 +59,7 @@ def _identity(stat: os.stat_result) -> tuple[int, int]:
 
 def walk(root: Location) -> tuple[list[FoundFile], list[Ignored]]:
     """Every file under `root` (sorted by path), and what the walk itself leaves out, with why."""
-    if is_remote(root):
+    if (folder := storage.local_path(root)) is None:
         return _walk_bucket(str(root))
     found: list[FoundFile] = []
     ignored: list[Ignored] = []
@@ -94,7 +95,7 @@ def walk(root: Location) -> tuple[list[FoundFile], list[Ignored]]:
                     found.append(FoundFile(path, here, "folder"))
                 visit(path, here, enclosing | {identity})
 
-    visit(root, (), frozenset({_identity(root.stat())}))
+    visit(folder, (), frozenset({_identity(folder.stat())}))
     return found, ignored
 
 

@@ -16,11 +16,9 @@ import os
 from collections.abc import Iterator
 from functools import partial
 from multiprocessing import current_process
-from pathlib import Path
 
+from vidtx import storage
 from vidtx.config import ShardConfig
-from vidtx.files import temporary_path
-from vidtx.locations import is_remote, join
 from vidtx.log import setup_logging, track
 from vidtx.manifest import Manifest
 from vidtx.processes import forkserver_context, sigterm_raises
@@ -28,6 +26,7 @@ from vidtx.ray_session import is_jobs_api, ray_session, worker_env
 from vidtx.shard.outcome import write_ignored
 from vidtx.shard.plan import ShardSpec, plan_shards, read_dataset
 from vidtx.shard.writer import ShardingError, ShardResult, finalize_split, stats_path, write_shard
+from vidtx.storage import join
 
 # Ray runs a task again when its worker or node dies (not when it raises): a lost node costs a shard
 # its write, at most this many times, before the job fails.
@@ -54,8 +53,7 @@ def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
         # A worker removes its own on an error, but workers terminated with the pool cannot.
         for spec in specs:
             for path in (join(cfg.output, spec.name), stats_path(cfg, spec)):
-                if not is_remote(path):  # in a bucket, nothing is temporary: uploads are whole
-                    temporary_path(Path(path)).unlink(missing_ok=True)
+                storage.remove_partial(path)
         raise
     splits = dict.fromkeys(spec.split for spec in specs)
     return {split: finalize_split(cfg, split, results) for split in splits}

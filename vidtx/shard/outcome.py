@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 
 from vidtx import storage
-from vidtx.locations import Location, is_remote, join
+from vidtx.locations import Location
 from vidtx.manifest import Manifest, recorded_name
-from vidtx.shard.records import Source, relative_to_root
+from vidtx.shard.records import Source
+from vidtx.storage import join
 
 IGNORED_FILE = "ignored.jsonl"
 
@@ -26,11 +26,10 @@ log = logging.getLogger(__name__)
 
 def write_ignored(output: Location, source: Source) -> Location:
     """`<output>/ignored.jsonl` (empty when nothing was ignored, so a re-run never leaves a stale one)."""
-    if not is_remote(output):
-        Path(output).mkdir(parents=True, exist_ok=True)
+    storage.make_folder(output)
     path = join(output, IGNORED_FILE)
     entries = [
-        {"path": recorded_name(relative_to_root(item.path, source.root)), "reason": item.reason}
+        {"path": recorded_name(storage.relative_name(item.path, source.root)), "reason": item.reason}
         for item in source.ignored
     ]
     storage.write_text(path, "".join(json.dumps(entry) + "\n" for entry in entries))

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 from vidtx import storage
 from vidtx.config import ConfigError, ShardConfig
-from vidtx.locations import Location, is_remote
+from vidtx.locations import Location
 from vidtx.manifest import recorded_name, shard_name
-from vidtx.shard.records import normalise_split, relative_to_root
+from vidtx.shard.records import normalise_split
 from vidtx.shard.sources import Source, VideoRecord, read_source
 
 TAR_OVERHEAD_BYTES = 2048  # per sample: two member headers, the json member, block padding
@@ -100,7 +100,7 @@ def plan_shards(cfg: ShardConfig, source: Source | None = None) -> list[ShardSpe
                     key=f"{index:06d}{position:06d}",
                     source_key=recorded_name(record.key),
                     path=str(record.path),
-                    source=recorded_name(relative_to_root(record.path, source.root)),
+                    source=recorded_name(storage.relative_name(record.path, source.root)),
                     label=record.label,
                     problem=record.problem,
                 )
@@ -128,9 +128,6 @@ def _pack(records: list[VideoRecord], max_samples: int, max_bytes: int) -> list[
 def _check_output(output: Location) -> None:
     """ConfigError before any work when `shard.output` cannot become a folder (it, or a parent of
     it, is a file); a `StorageError` naming it when its bucket cannot be used."""
-    if is_remote(output):
-        storage.check(output)
-        return
-    existing = next(path for path in [output, *output.absolute().parents] if path.exists())
-    if not existing.is_dir():
-        raise ConfigError(f"shard.output {output}: {existing} is a file, not a folder")
+    storage.check(output)
+    if (file := storage.blocking_file(output)) is not None:
+        raise ConfigError(f"shard.output {output}: {file} is a file, not a folder")

@@ -14,13 +14,12 @@ that is not a video of the dataset is an `Ignored` entry with its reason. Nothin
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePath, PurePosixPath
+from pathlib import PurePath
 
-from vidtx.locations import Location, is_remote
+from vidtx.locations import Location
 from vidtx.manifest import check_split
 from vidtx.shard.annotations import AnnotationError
 
@@ -87,31 +86,6 @@ def split_name(written: str, where: str) -> str:
         return check_split(normalise_split(written))
     except ValueError as err:
         raise AnnotationError(f"{where}: {err}") from None
-
-
-def inside_root(written: str, video_root: Location) -> PurePosixPath | None:
-    """The path an annotation gives, relative to `video_root` and normalised ('a/./b' -> 'a/b');
-    None when it points outside the root ('../x', an absolute path or a URL elsewhere). The check is
-    on the path as written: a symlink inside the root may lead anywhere, as its owner chose."""
-    if is_remote(video_root) and written.startswith(f"{video_root}/"):
-        written = written[len(f"{video_root}/") :]
-    path = Path(written)
-    if "://" in written or (path.is_absolute() and is_remote(video_root)):
-        return None
-    if path.is_absolute():
-        if not path.is_relative_to(video_root):
-            return None
-        path = path.relative_to(video_root)
-    normal = PurePosixPath(os.path.normpath(path.as_posix()))
-    return None if normal.parts[:1] in ((), ("..",), (".",)) else normal
-
-
-def relative_to_root(path: Location, root: Location) -> str:
-    """`path` as recorded in shards and reports: relative to the dataset root when it is inside."""
-    if is_remote(path) or is_remote(root):
-        prefix = f"{root}/"
-        return str(path)[len(prefix) :] if str(path).startswith(prefix) else str(path)
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
 def outside_root_problem(written: str, video_root: Location, where: str) -> str:

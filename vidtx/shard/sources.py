@@ -39,7 +39,7 @@ from typing import Any
 
 from vidtx import storage
 from vidtx.config import ConfigError, DatasetFormat
-from vidtx.locations import Location, is_remote, join, location, name_of, parent_of
+from vidtx.locations import Location, location
 from vidtx.shard.annotations import (
     AnnotationError,
     MissingColumnsError,
@@ -54,12 +54,12 @@ from vidtx.shard.records import (
     Row,
     Source,
     VideoRecord,
-    inside_root,
     labelled,
     outside_root_problem,
     split_name,
     unique_keys,
 )
+from vidtx.storage import join, name_of, parent_of
 
 __all__ = ["UNLABELLED", "NothingToShardError", "Source", "VideoRecord", "read_folder", "read_source"]
 
@@ -89,7 +89,7 @@ def read_csv(path: Location, video_root: Location, classes: Sequence[str] | None
     for where, fields, problem in read_csv_rows(path, {"path", "label"}):
         split = split_name(fields.get("split") or "train", _beside(path, where))
         problem = problem or empty_field_problem(fields, ("path", "label"), where)
-        relative = inside_root(fields["path"], video_root) if problem is None else None
+        relative = storage.inside(fields["path"], video_root) if problem is None else None
         if problem is None and relative is None:
             problem = outside_root_problem(fields["path"], video_root, where)
         parsed.append((where, fields, split, relative, problem))
@@ -133,7 +133,7 @@ def _kinetics_row(
     if isinstance(times, str):
         return Row(where, where, file, fields["label"], split, times)
     stem = f"{fields['youtube_id']}_{times[0]:06d}_{times[1]:06d}"
-    if inside_root(f"{stem}.mp4", video_root) is None:
+    if storage.inside(f"{stem}.mp4", video_root) is None:
         problem = outside_root_problem(fields["youtube_id"], video_root, where)
         return Row(where, where, file, fields["label"], split, problem)
     video = index.get(stem) or index.get(fields["youtube_id"]) or join(video_root, f"{stem}.mp4")
@@ -201,7 +201,7 @@ def _ssv2_row(
         problem = f"malformed row: {where} is not an object with string 'id' and 'template'"
         return Row(where, where, list_file, "", split, problem)
     name = entry["template"].replace("[", "").replace("]", "")
-    if inside_root(f"{entry['id']}.webm", video_root) is None:
+    if storage.inside(f"{entry['id']}.webm", video_root) is None:
         return Row(where, where, list_file, name, split, outside_root_problem(entry["id"], video_root, where))
     video = index.get(entry["id"]) or join(video_root, f"{entry['id']}.webm")
     return Row(where, entry["id"], video, name, split)
@@ -243,8 +243,7 @@ def read_source(
     position); rows of other classes become "unknown label" rejects. By default the classes are
     those the annotations name; for ssv2 always those of the label file."""
     path = location(path)
-    if is_remote(path):
-        storage.check(path)
+    storage.check(path)
     if not storage.exists(path):
         raise FileNotFoundError(f"{path}: no such dataset")
     if format == "ssv2" and classes is not None:

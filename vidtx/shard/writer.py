@@ -32,13 +32,12 @@ from pydantic import BaseModel, Field
 from vidtx import storage
 from vidtx.config import ShardConfig
 from vidtx.files import replaced
-from vidtx.locations import Location, is_remote, join, location
+from vidtx.locations import Location, location
 from vidtx.manifest import (
     Manifest,
     Reject,
     ShardInfo,
     content_hash,
-    file_sha256,
     index_name,
     manifest_path,
     reason_counts,
@@ -47,6 +46,7 @@ from vidtx.manifest import (
 from vidtx.shard.plan import ShardItem, ShardSpec
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
 from vidtx.shard.tars import member_index, write_sample
+from vidtx.storage import join
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +87,10 @@ def _finished(spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResul
     """The recorded result when the shard is complete, from this plan and intact (in a bucket: the
     recorded size; an object is only ever whole, and checking its sha256 would download it)."""
     stats, tar = stats_path(cfg, spec), join(cfg.output, spec.name)
-    if not storage.is_file(stats) or (size := storage.size(tar)) is None:
+    if not storage.is_file(stats):
         return None
     result = ShardResult.model_validate_json(storage.read_text(stats))
-    intact = size == result.bytes and (is_remote(tar) or file_sha256(tar) == result.sha256)
-    if result.fingerprint != fingerprint or not intact:
+    if result.fingerprint != fingerprint or not storage.holds(tar, result.bytes, result.sha256):
         return None
     return result.model_copy(update={"reused": True})
 
@@ -196,7 +195,7 @@ def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -
         split=spec.split,
         samples=sum(counts.values()),
         bytes=tar.stat().st_size,
-        sha256=file_sha256(tar),
+        sha256=storage.sha256(tar),
         counts_per_class=dict(sorted(counts.items())),
         rejects=rejects,
         class_names=list(spec.class_names),

@@ -22,7 +22,7 @@ from mlflow.exceptions import MlflowException
 
 from vidtx import storage
 from vidtx.config import PredictConfig, apply_overrides, validate_config
-from vidtx.locations import Location, bucket_of, is_remote, join, location, parent_of
+from vidtx.locations import Location, location
 from vidtx.results import PredictionSummary
 from vidtx.serving.classifier import VideoClassifier
 from vidtx.shard.annotations import read_csv_rows
@@ -98,38 +98,25 @@ def _listed(csv_file: Location) -> list[str]:
     column = next((name for name in CSV_COLUMNS if rows and name in rows[0]), None)
     if rows and column is None:
         raise ValueError(f"{csv_file}: a list of videos needs a column named one of {list(CSV_COLUMNS)}")
-    return [_beside(csv_file, fields[column]) for fields in rows if fields.get(column)]
-
-
-def _beside(csv_file: Location, entry: str) -> str:
-    """A CSV entry as a location: a URL or absolute path as it is, a relative path in the CSV's folder."""
-    try:
-        where = location(entry)
-    except ValueError:  # an unsupported scheme: the video's row reports it
-        return entry
-    return entry if is_remote(where) or Path(where).is_absolute() else str(join(parent_of(csv_file), entry))
+    return [
+        storage.beside(storage.parent_of(csv_file), fields[column]) for fields in rows if fields.get(column)
+    ]
 
 
 def expand_inputs(inputs: Sequence[str]) -> list[str]:
     """The videos to score: a file as it is, a folder or bucket prefix as the videos under it (sorted,
     hidden ones left out), a `.csv` as the videos it lists. A missing one stays, to be reported."""
     where = [location(value) for value in inputs]
-    for bucket in {bucket_of(str(w)): w for w in where if is_remote(w)}.values():  # once per bucket
-        storage.check(bucket)  # an unusable bucket is one line at the start, not an error per video
+    storage.check_buckets(where)  # an unusable bucket is one line at the start, not an error per video
     videos: list[str] = []
     for item in where:
         if str(item).lower().endswith(".csv") and storage.is_file(item):
             videos += _listed(item)
-        elif _is_folder(item):  # a folder without videos stays, to be reported as one
+        elif storage.is_folder(item):  # a folder without videos stays, to be reported as one
             videos += [str(file.path) for file in walk(item)[0] if file.is_video] or [str(item)]
         else:
             videos.append(str(item))
     return videos
-
-
-def _is_folder(where: Location) -> bool:
-    """A folder here, or a bucket location that is no object (then perhaps a prefix)."""
-    return not storage.is_file(where) if is_remote(where) else Path(where).is_dir()
 
 
 def print_row(row: pd.Series) -> None:

@@ -13,8 +13,9 @@ import pyarrow.parquet as pq
 
 from vidtx import storage
 from vidtx.files import replaced
-from vidtx.locations import Location, name_of
+from vidtx.locations import Location
 from vidtx.serving.classifier import INPUT_COLUMN, VideoClassifier
+from vidtx.storage import name_of
 
 PATH_COLUMN = "path"
 TABLE_SCHEMA = pa.schema(

@@ -2,7 +2,9 @@
 client that reaches them.
 
 Locations are parsed by `vidtx.locations` (a `Path` on this machine, a URL string in a bucket); every
-module reads and writes them through the functions here, so no other module builds a client. Local
+module joins, names, lists, reads, writes, copies and caches them through the functions here, which
+work for both kinds: no other module builds a client or asks whether a location is in a bucket
+(`paths`: a location's parts; `stat`: what is there; `objects`: reading, writing, copying). Local
 locations keep their plain file operations.
 
 The client is pyarrow's file systems: Ray Train keeps checkpoints through one already, its S3 client
@@ -18,6 +20,7 @@ from vidtx.storage.client import (
     RETRY_ATTEMPTS,
     StorageError,
     check,
+    check_buckets,
     configure,
     describe,
     endpoint,
@@ -26,25 +29,47 @@ from vidtx.storage.client import (
 )
 from vidtx.storage.objects import (
     STREAM_CHUNK,
-    FileState,
     delete,
     download,
     download_in_parts,
+    holds,
+    local_copy,
+    make_folder,
+    open_input,
+    read_bytes,
+    read_range,
+    read_ranges,
+    read_text,
+    remove_partial,
+    sha256,
+    staged,
+    upload,
+    write_text,
+)
+from vidtx.storage.paths import (
+    absolute,
+    beside,
+    bucket_of,
+    inside,
+    is_remote,
+    join,
+    local_path,
+    name_of,
+    parent_of,
+    relative_name,
+    with_scheme,
+)
+from vidtx.storage.stat import (
+    FileState,
+    blocking_file,
     exists,
     file_state,
     file_states,
     is_file,
-    local_copy,
+    is_folder,
     names,
-    open_input,
-    read_bytes,
-    read_range,
-    read_text,
     size,
-    staged,
-    upload,
     walk,
-    write_text,
 )
 
 __all__ = [
@@ -53,7 +78,12 @@ __all__ = [
     "STREAM_CHUNK",
     "FileState",
     "StorageError",
+    "absolute",
+    "beside",
+    "blocking_file",
+    "bucket_of",
     "check",
+    "check_buckets",
     "configure",
     "delete",
     "describe",
@@ -65,16 +95,30 @@ __all__ = [
     "file_state",
     "file_states",
     "filesystem",
+    "holds",
+    "inside",
     "is_file",
+    "is_folder",
+    "is_remote",
+    "join",
     "local_copy",
+    "local_path",
+    "make_folder",
+    "name_of",
     "names",
     "open_input",
+    "parent_of",
     "read_bytes",
     "read_range",
+    "read_ranges",
     "read_text",
+    "relative_name",
+    "remove_partial",
+    "sha256",
     "size",
     "staged",
     "upload",
     "walk",
+    "with_scheme",
     "write_text",
 ]

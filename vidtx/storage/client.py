@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pyarrow import fs
 
-from vidtx.locations import Location, bucket_of, is_remote
+from vidtx.locations import Location
+from vidtx.storage.paths import bucket_of, is_remote
 
 
 class StorageError(OSError):
@@ -86,6 +88,12 @@ def check(where: Location) -> None:
     scheme, bucket = bucket_of(str(where))
     if file_info(f"{scheme}://{bucket}", named=where, attempts=CHECK_ATTEMPTS).type == fs.FileType.NotFound:
         raise StorageError(f"{where}: no bucket {bucket!r} at {endpoint() or 'the default endpoint'}")
+
+
+def check_buckets(locations: Iterable[Location]) -> None:
+    """`check` once per bucket that any of `locations` is in (none for local ones)."""
+    for where in {bucket_of(where): where for where in locations if is_remote(where)}.values():
+        check(where)
 
 
 def describe(where: Location, err: OSError) -> str:

@@ -1,11 +1,12 @@
-"""Files at a location, local or in a bucket: stat, list, read (whole, streamed, ranged), write an
-object whole (staged locally, then uploaded), fingerprints of many files, local copies."""
+"""Files at a location, local or in a bucket: read (whole, streamed, ranged), write an object whole
+(staged locally, then uploaded), remove, copy between here and a bucket, fingerprint."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import functools
+import hashlib
 import os
 import shutil
 import tempfile
@@ -16,12 +17,14 @@ from pathlib import Path
 
 from pyarrow import fs
 
+from vidtx.files import temporary_path
 from vidtx.files import write_text as write_local_text
-from vidtx.locations import Location, bucket_of, is_remote, name_of, parent_of
-from vidtx.storage.client import StorageError, describe, endpoint, file_info, filesystem
+from vidtx.locations import Location
+from vidtx.storage.client import StorageError, describe, endpoint, filesystem
+from vidtx.storage.paths import is_remote, name_of
+from vidtx.storage.stat import size
 
 STREAM_CHUNK = 8 << 20  # bytes per request of a stream read from a bucket
-FileState = tuple[int, int]  # (size, modification time in ns)
 
 
 @functools.cache
@@ -51,85 +54,6 @@ def _running(pid: int) -> bool:
 def _no_such_object(where: Location) -> FileNotFoundError:
     """The error of a missing object, as the OS's for a missing file (`strerror` is the reason)."""
     return FileNotFoundError(errno.ENOENT, "no such object", str(where))
-
-
-def exists(where: Location) -> bool:
-    if not is_remote(where):
-        return Path(where).exists()
-    return file_info(where).type != fs.FileType.NotFound
-
-
-def is_file(where: Location) -> bool:
-    if not is_remote(where):
-        return Path(where).is_file()
-    return file_info(where).type == fs.FileType.File
-
-
-def size(where: Location) -> int | None:
-    """The size of the file at `where`, None when there is none."""
-    if not is_remote(where):
-        try:
-            return Path(where).stat().st_size
-        except OSError:
-            return None
-    info = file_info(where)
-    return info.size if info.type == fs.FileType.File else None
-
-
-def file_state(where: Location) -> FileState | None:
-    """The (size, modification time in ns) of the file at `where`, None when there is none: one request
-    in a bucket (`file_states` lists whole folders, for many files)."""
-    if not is_remote(where):
-        return _local_state(Path(where))
-    info = file_info(where)
-    return (info.size, info.mtime_ns) if info.type == fs.FileType.File else None
-
-
-def names(folder: Location, suffix: str = "") -> list[str]:
-    """The names of the files directly in `folder` that end with `suffix`, sorted."""
-    if not is_remote(folder):
-        return sorted(p.name for p in Path(folder).glob(f"*{suffix}") if p.is_file())
-    client, path = filesystem(folder)
-    try:
-        infos = client.get_file_info(fs.FileSelector(path, allow_not_found=True))
-    except OSError as err:
-        raise StorageError(describe(folder, err)) from None
-    return sorted(i.base_name for i in infos if i.type == fs.FileType.File and i.base_name.endswith(suffix))
-
-
-def walk(folder: Location) -> list[str]:
-    """The path relative to `folder` ('cat/a.mp4') of every object under a bucket prefix, sorted:
-    one listing (S3 returns 1,000 keys a request)."""
-    client, path = filesystem(folder)
-    try:
-        infos = client.get_file_info(fs.FileSelector(path, recursive=True, allow_not_found=True))
-    except OSError as err:
-        raise StorageError(describe(folder, err)) from None
-    return sorted(info.path[len(path) + 1 :] for info in infos if info.type == fs.FileType.File)
-
-
-def file_states(files: Sequence[Location]) -> list[FileState | None]:
-    """The (size, modification time in ns) of each file, None where there is none: what make and
-    rsync compare to decide that a file changed, without reading it. In a bucket, one listing per
-    folder that holds some of the files, not one request per file."""
-    listed: dict[str, FileState] = {}
-    for folder in dict.fromkeys(parent_of(file) for file in files if is_remote(file)):
-        client, path = filesystem(folder)
-        try:
-            infos = client.get_file_info(fs.FileSelector(path, allow_not_found=True))
-        except OSError as err:
-            raise StorageError(describe(folder, err)) from None
-        scheme, _ = bucket_of(str(folder))
-        listed |= {f"{scheme}://{i.path}": (i.size, i.mtime_ns) for i in infos if i.type == fs.FileType.File}
-    return [listed.get(str(file)) if is_remote(file) else _local_state(Path(file)) for file in files]
-
-
-def _local_state(file: Path) -> FileState | None:
-    try:
-        status = file.stat()
-    except OSError:
-        return None
-    return status.st_size, status.st_mtime_ns
 
 
 def download(where: Location, local: Path) -> None:
@@ -277,3 +201,49 @@ def read_range(where: str, start: int, end: int) -> bytes:
     if len(data) != end - start:
         raise StorageError(f"{where}: {len(data)} bytes at {start}, not {end - start} (truncated)")
     return data
+
+
+def read_ranges(where: Location, offset: int, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    """The bytes [offset + start, offset + end) of the file at `where` for each range: `pread`s of one
+    open file here; in a bucket, one request for the span of all of them (a request's latency costs
+    more than the bytes between ranges)."""
+    if is_remote(where):
+        first, last = min(start for start, _ in ranges), max(end for _, end in ranges)
+        span = read_range(str(where), offset + first, offset + last)
+        return [span[start - first : end - first] for start, end in ranges]
+    descriptor = os.open(where, os.O_RDONLY)
+    try:
+        return [os.pread(descriptor, end - start, offset + start) for start, end in ranges]
+    finally:
+        os.close(descriptor)
+
+
+def sha256(where: Location) -> str:
+    """The sha256 of a file, local or in a bucket (read front to back once, in small blocks)."""
+    if not is_remote(where):
+        with Path(where).open("rb") as file:
+            return hashlib.file_digest(file, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    with open_input(where) as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def holds(where: Location, size_bytes: int, digest: str) -> bool:
+    """Whether the file at `where` is the one of `size_bytes` and sha256 `digest`: both checked here; in
+    a bucket the size alone (an object is only ever whole, and hashing it would download it)."""
+    return size(where) == size_bytes and (is_remote(where) or sha256(where) == digest)
+
+
+def make_folder(where: Location) -> None:
+    """The folder `where` and its parents, made here; in a bucket nothing (a prefix needs no making)."""
+    if not is_remote(where):
+        Path(where).mkdir(parents=True, exist_ok=True)
+
+
+def remove_partial(where: Location) -> None:
+    """What a stopped write of `where` may have left: its temporary file here (`vidtx.files`); in a
+    bucket nothing, since an upload appears whole or not at all."""
+    if not is_remote(where):
+        temporary_path(Path(where)).unlink(missing_ok=True)

@@ -13,8 +13,9 @@ from mlflow.data.meta_dataset import MetaDataset
 from mlflow.entities import DatasetInput, InputTag
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
-from vidtx.locations import Location, name_of
+from vidtx.locations import Location
 from vidtx.manifest import Manifest, manifest_path
+from vidtx.storage import name_of
 
 DIGEST_CHARS = 16  # of the manifest's sha256 (MLflow shows digests short; 64 bits tell datasets apart)
 

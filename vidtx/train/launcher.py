@@ -15,7 +15,6 @@ import datetime
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import ray
 from pydantic import BaseModel
@@ -32,7 +31,7 @@ from ray.train.torch import TorchTrainer
 from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig, TrainConfig
 from vidtx.data.shares import UnreadableShardsError
-from vidtx.locations import is_remote, location
+from vidtx.locations import location
 from vidtx.model_factory import check_model_config
 from vidtx.processes import sigterm_raises, stopped_from_outside
 from vidtx.ray_session import is_jobs_api, ray_session, worker_env
@@ -111,8 +110,7 @@ def _train_on_ray(
 
     storage_path = storage_location(train_cfg.storage_path)
     storage.check(location(storage_path))  # an unusable bucket is one line now, not a Ray error later
-    if not is_remote(storage_path):
-        Path(storage_path).mkdir(parents=True, exist_ok=True)
+    storage.make_folder(location(storage_path))
     env_vars = worker_env()
     payload = WorkerPayload(
         config=config.with_absolute_paths(),

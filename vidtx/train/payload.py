@@ -8,14 +8,13 @@ the submitter reads it when the job has ended.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from vidtx import storage
 from vidtx.config import PipelineConfig
-from vidtx.locations import bucket_of, is_remote, location
+from vidtx.locations import location
 
 RESULT_FILE = "vidtx-result.json"
 
@@ -84,19 +83,14 @@ def result_file(storage_path: str, run_name: str) -> str:
 
 def storage_location(storage_path: str) -> str:
     """Bucket URLs pass through; local paths (and file:// URLs) become absolute (Ray requires it)."""
-    where = location(storage_path)
-    return str(where) if is_remote(where) else str(Path(where).expanduser().absolute())
+    return str(storage.absolute(location(storage_path)))
 
 
 def checkpoint_uri(storage_path: str, path: str) -> str:
     """A checkpoint as later stages can open it: Ray reports paths inside the storage's pyarrow file
     system (`bucket/run/checkpoint-...` for s3://bucket), which lose the scheme; a bucket's get it
     back (`ray.train.Checkpoint(uri)` picks the file system from it). Local paths stay paths."""
-    storage_url = storage_location(storage_path)
-    if not is_remote(storage_url) or "://" in path:
-        return path
-    scheme, _ = bucket_of(storage_url)
-    return f"{scheme}://{path}"
+    return storage.with_scheme(path, storage_location(storage_path))
 
 
 def run_folder(storage_path: str, run_name: str) -> str:

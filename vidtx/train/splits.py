@@ -10,12 +10,11 @@ warning when the run starts: the training is still useful, and evaluation checks
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from vidtx import storage
 from vidtx.config import DataConfig, PipelineConfig
 from vidtx.data.mixing import TrainingData, relabelled, training_data
-from vidtx.locations import Location, is_remote
+from vidtx.locations import Location
 from vidtx.manifest import MANIFEST_SUFFIX, Manifest, find_splits, load_manifest, manifest_path
 
 logger = logging.getLogger(__name__)
@@ -26,7 +25,7 @@ def require_split(shards: Location, split: str, field: str, folder_field: str = 
     (no folder at all: naming `folder_field`). A bucket that cannot be used is a `StorageError`
     naming it (unreachable, refused, missing)."""
     storage.check(shards)
-    if not is_remote(shards) and not Path(shards).is_dir():
+    if not storage.is_folder(shards):
         raise FileNotFoundError(f"{folder_field} {shards}: no such folder (write it with `vidtx shard`)")
     if not storage.is_file(manifest_path(shards, split)):
         found = ", ".join(find_splits(shards)) or "none"
