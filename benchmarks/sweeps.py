@@ -2,7 +2,7 @@
 
 Each candidate trains the demo config (the tiny X-ViT on the synthetic dataset, 2 Ray workers of 0.49
 CPU, fp32) for the same steps on one local Ray (2 CPUs) started once for all of them:
-- a single training (`vidtx.train.launcher.train`), the baseline;
+- a single training (`vidtx.stages.train.train`), the baseline;
 - a sweep of one trial (`vidtx.stages.sweep.build_tuner`'s Tuner over the same trainer): its wall
   time less the baseline's is Tune's fixed cost per trial (the trial's actor, its report queue, the
   experiment state it writes);
@@ -24,9 +24,9 @@ from vidtx.config import PipelineConfig
 from vidtx.ray_session import ray_session, tune_trial_environment
 from vidtx.stages.sweep import build_tuner
 from vidtx.stages.sweep_trial import SweepPlan
+from vidtx.stages.train import train
 from vidtx.tracking.runs import connect, resolve_tracking_uri
 from vidtx.tracking.sweeps import start_sweep_run
-from vidtx.train.launcher import train
 
 log = logging.getLogger(__name__)
 

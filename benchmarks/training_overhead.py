@@ -1,6 +1,6 @@
 """Issue 9.4: what the training stack (Ray Train + DeepSpeed + MLflow logging) costs per step.
 
-The full loop is `vidtx.train.launcher.train` with one Ray worker (one CPU, so one torch thread) on
+The full loop is `vidtx.stages.train.train` with one Ray worker (one CPU, so one torch thread) on
 the demo config: the tiny X-ViT on the synthetic dataset, fp32, 8 clips per step, one DataLoader
 worker. The baseline is a bare PyTorch loop in this process with the same model initialisation,
 optimizer, schedule, loss, gradient clipping and loader (same seed, so the same batches), on one
@@ -28,9 +28,9 @@ from vidtx.clips.normalize import normalize_clips
 from vidtx.config import PipelineConfig, SynthConfig, load_config
 from vidtx.data.train_loader import build_train_loader
 from vidtx.model_factory import model_for
-from vidtx.shard.job import shard_dataset
 from vidtx.shard.synthetic import generate_dataset
-from vidtx.train.launcher import train
+from vidtx.stages.shard import shard_dataset
+from vidtx.stages.train import train
 from vidtx.train.loss import classification_loss
 from vidtx.train.optim import build_optimizer, build_scheduler
 

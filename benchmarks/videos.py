@@ -27,7 +27,7 @@ import numpy as np
 
 from vidtx.config import ReencodeConfig, ShardConfig
 from vidtx.media.encode import encode_mp4
-from vidtx.shard.job import shard_dataset
+from vidtx.stages.shard import shard_dataset
 
 # The stores the benchmarks compare: ShardConfig fields of each.
 STORES: dict[str, dict[str, Any]] = {

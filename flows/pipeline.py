@@ -13,13 +13,13 @@ from pydantic import BaseModel
 from flows.cancellation import cancelled
 from flows.evaluate import EvaluateModelConfig, RegisterModelConfig, evaluate_model, register_model
 from flows.lineage import LOCAL_PREFECT_UI, lineage_table, prefect_ui
-from flows.shard import ShardedSplit, shard_dataset
+from flows.shard import shard_dataset
 from flows.train import TrainModelConfig, named_run, train_model
 from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.config.sections import sections_config
 from vidtx.model_factory import check_model_config
-from vidtx.results import ModelVersionInfo
+from vidtx.results import ModelVersionInfo, ShardedSplit
 from vidtx.shard.synthetic import frame_order_verdict
 from vidtx.tracking.lineage import run_lineage
 from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link

@@ -8,7 +8,6 @@ only redo what is missing.
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 from collections.abc import Iterator
 
 from prefect import flow, get_client, get_run_logger, task, unmapped
@@ -16,26 +15,16 @@ from prefect.artifacts import create_table_artifact
 from prefect.futures import as_completed
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner
-from pydantic import BaseModel
 
 from vidtx.config import ShardConfig, StorageConfig, SynthConfig
 from vidtx.log import setup_logging, track
-from vidtx.manifest import Manifest, manifest_path
-from vidtx.shard.job import plan_dataset, write_on_ray
+from vidtx.manifest import Manifest
+from vidtx.results import ShardedSplit
+from vidtx.shard.job import write_on_ray
 from vidtx.shard.plan import ShardSpec
-from vidtx.shard.synthetic import generate_dataset
-from vidtx.shard.writer import ShardResult, finalize_split, shard_line, split_line, write_shard
+from vidtx.shard.writer import ShardResult, finalize_split, shard_line, write_shard
+from vidtx.stages import shard as shard_stage
 from vidtx.storage import configure as configure_storage
-
-
-class ShardedSplit(BaseModel):
-    """One split as the flow reports it."""
-
-    manifest: str  # path of <split>.manifest.json
-    content_hash: str
-    samples: int
-    rejects: int
-
 
 # Each task names what it works on and logs what it did: its run's log in the Prefect UI says more
 # than Prefect's own "Finished in state Completed()".
@@ -43,24 +32,15 @@ class ShardedSplit(BaseModel):
 
 @task(retries=2, retry_delay_seconds=10, task_run_name="synthesize {synth.output}")
 def synthesize(synth: SynthConfig) -> str:
-    """Generate the synthetic dataset unless it is there already (generation is deterministic)."""
-    annotations = synth.output / "annotations.csv"
-    if annotations.is_file():
-        get_run_logger().info(
-            "%s is there already: the synthetic dataset is not generated again", annotations
-        )
-        return str(annotations)
-    generate_dataset(synth)
-    get_run_logger().info("generated the synthetic dataset: %s", annotations)
-    return str(annotations)
+    done = shard_stage.synthesize(synth)
+    get_run_logger().info("%s", done)
+    return done
 
 
 @task(retries=2, retry_delay_seconds=10, task_run_name="plan {shard.source}")
 def plan(shard: ShardConfig) -> list[ShardSpec]:
-    specs = plan_dataset(shard)  # also lists what is not sharded in ignored.jsonl
-    per_split = Counter(spec.split for spec in specs)
-    planned = ", ".join(f"{count} of {split}" for split, count in per_split.items())
-    get_run_logger().info("planned %d shards (%s) into %s", len(specs), planned, shard.output)
+    specs = shard_stage.plan_dataset(shard)  # also lists what is not sharded in ignored.jsonl
+    get_run_logger().info("%s", shard_stage.plan_line(shard, specs))
     return specs
 
 
@@ -83,8 +63,23 @@ def write_as_ray_tasks(specs: list[ShardSpec], shard: ShardConfig) -> list[Shard
 @task(retries=2, retry_delay_seconds=10, task_run_name="finalize {split}")
 def finalize(shard: ShardConfig, split: str, results: list[ShardResult]) -> Manifest:
     manifest = finalize_split(shard, split, results)
-    get_run_logger().info("%s; manifest %s", split_line(manifest), manifest_path(shard.output, split))
+    get_run_logger().info("%s", shard_stage.finalize_line(shard, manifest))
     return manifest
+
+
+def write_as_tasks(specs: list[ShardSpec], shard: ShardConfig) -> list[ShardResult]:
+    """Every shard written by a task of its own (in the flow's task processes), or, with
+    `shard.executor: ray`, all of them as Ray tasks sent from one task."""
+    if shard.executor == "ray":
+        return write_as_ray_tasks(specs, shard)
+    with _task_processes_share_the_api():
+        futures = write.map(specs, shard=unmapped(shard))
+        for _ in track(as_completed(futures), "write shards", total=len(specs)):
+            pass
+    return futures.result()
+
+
+STEPS = shard_stage.ShardSteps(synthesize=synthesize, plan=plan, write=write_as_tasks, finalize=finalize)
 
 
 def _task_process_logging() -> None:
@@ -108,14 +103,10 @@ def _task_processes_share_the_api() -> Iterator[None]:
         yield
 
 
-def reuse_note(results: list[ShardResult]) -> str:
-    reused = sum(result.reused for result in results)
-    return f"reused {reused} of {len(results)} shards (already complete from the same plan)"
-
-
-def publish(manifests: dict[str, Manifest], results: list[ShardResult]) -> None:
+def publish(outcome: shard_stage.ShardOutcome) -> None:
     """Table artifacts: one row per shard (written now or reused), one row per rejected video."""
-    reused = {result.name for result in results if result.reused}
+    manifests = outcome.manifests
+    reused = {result.name for result in outcome.results if result.reused}
     shards = [
         {
             "split": m.split,
@@ -128,7 +119,7 @@ def publish(manifests: dict[str, Manifest], results: list[ShardResult]) -> None:
         for m in manifests.values()
         for s in m.shards
     ]
-    create_table_artifact(shards, key="shards", description=f"Shards per split; {reuse_note(results)}")
+    create_table_artifact(shards, key="shards", description=f"Shards per split; {outcome.reuse_note()}")
     rejects = [
         {"split": m.split, "key": r.key, "path": r.path, "reason": r.reason}
         for m in manifests.values()
@@ -156,28 +147,7 @@ def shard_dataset(
     """
     if storage is not None:  # before any s3:// location, and before the writers' processes start
         configure_storage(storage.endpoint_url, storage.region)
-    if synth is not None:
-        synthesize(synth)
-    specs = plan(shard)
-    if shard.executor == "ray":
-        results = write_as_ray_tasks(specs, shard)
-    else:
-        with _task_processes_share_the_api():
-            futures = write.map(specs, shard=unmapped(shard))
-            for _ in track(as_completed(futures), "write shards", total=len(specs)):
-                pass
-        results = futures.result()
-    get_run_logger().info("%s: %s", shard.output, reuse_note(results))
-    manifests = {
-        split: finalize(shard, split, results) for split in dict.fromkeys(spec.split for spec in specs)
-    }
-    publish(manifests, results)
-    return {
-        split: ShardedSplit(
-            manifest=str(manifest_path(shard.output, split)),
-            content_hash=manifest.content_hash,
-            samples=manifest.num_samples,
-            rejects=len(manifest.rejects),
-        )
-        for split, manifest in manifests.items()
-    }
+    outcome = shard_stage.shard_dataset(shard, synth, STEPS)
+    get_run_logger().info("%s: %s", shard.output, outcome.reuse_note())
+    publish(outcome)
+    return outcome.splits()

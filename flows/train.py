@@ -18,8 +18,8 @@ from flows.lineage import lineage_table
 from vidtx import storage
 from vidtx.config import PipelineConfig
 from vidtx.config.sections import sections_config
+from vidtx.stages.train import train
 from vidtx.tracking.lineage import FLOW_RUN_TAG
-from vidtx.train.launcher import train
 from vidtx.train.payload import TrainResult
 
 TrainModelConfig = sections_config(

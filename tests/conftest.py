@@ -60,8 +60,8 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     """A small synthetic dataset (4 classes, 6 train and 3 val videos per class, 8 frames of 32x32)
     and its shards (5 samples per shard): (dataset folder, shard folder)."""
     from vidtx.config import SynthConfig
-    from vidtx.shard.job import shard_dataset
     from vidtx.shard.synthetic import generate_dataset
+    from vidtx.stages.shard import shard_dataset
 
     root = tmp_path_factory.mktemp("synthetic")
     synth = SynthConfig(
@@ -95,7 +95,7 @@ def frames_shard_config(synthetic_shards: tuple[Path, Path], output: str | Path)
 @pytest.fixture(scope="session")
 def frames_shards(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The session's synthetic dataset (32x32 videos) sharded as frames (5 samples per shard)."""
-    from vidtx.shard.job import shard_dataset
+    from vidtx.stages.shard import shard_dataset
 
     output = tmp_path_factory.mktemp("frames") / "shards"
     shard_dataset(frames_shard_config(synthetic_shards, output))
@@ -215,7 +215,7 @@ def trained_run(tiny_dataset: PipelineConfig, tmp_path_factory: pytest.TempPathF
     evaluation, registry and frames-store tests use its checkpoint."""
     from training_runs import with_empty_tracking_store
 
-    from vidtx.train.launcher import train
+    from vidtx.stages.train import train
 
     workdir = tmp_path_factory.mktemp("trained")
     with_empty_tracking_store(workdir)
@@ -282,7 +282,7 @@ def bucket_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
     """The session's synthetic videos sharded into a bucket as `synthetic_shards` are on disk (video
     store, 5 samples per shard): `s3://session-shards/shards`."""
     from infra.local.s3_server import create_bucket
-    from vidtx.shard.job import shard_dataset
+    from vidtx.stages.shard import shard_dataset
 
     videos, _ = synthetic_shards
     url = create_bucket(s3_endpoint, "session-shards") + "/shards"
@@ -296,7 +296,7 @@ def bucket_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
 def bucket_frames_shards(synthetic_shards: tuple[Path, Path], s3_endpoint: str) -> str:
     """`frames_shards` in a bucket: `s3://session-frames/shards`."""
     from infra.local.s3_server import create_bucket
-    from vidtx.shard.job import shard_dataset
+    from vidtx.stages.shard import shard_dataset
 
     url = create_bucket(s3_endpoint, "session-frames") + "/shards"
     shard_dataset(frames_shard_config(synthetic_shards, url))

@@ -16,10 +16,10 @@ from media import case_bytes, good
 
 from vidtx.config import ShardConfig
 from vidtx.shard.annotations import AnnotationError
-from vidtx.shard.job import shard_dataset
 from vidtx.shard.plan import plan_shards
 from vidtx.shard.sources import UNLABELLED, read_source
 from vidtx.shard.writer import ShardingError, finalize_split, write_shard
+from vidtx.stages.shard import shard_dataset
 
 # --- CSV ------------------------------------------------------------------------------------------
 
@@ -203,7 +203,7 @@ def test_kinetics_rows_with_unknown_labels_duplicates_or_bad_times_are_rejects(t
         shard_dataset(cfg)  # without a class list, zumba is a class of its own
     assert "1 x malformed row" in str(error.value)
     assert "1 x missing" in str(error.value)
-    manifests = shard_dataset(cfg.model_copy(update={"max_reject_fraction": 1.0}))
+    manifests = shard_dataset(cfg.model_copy(update={"max_reject_fraction": 1.0})).manifests
     assert manifests["train"].class_names == ["abseiling", "air drumming", "zumba"]
     assert manifests["train"].num_samples == 2
     assert [r.reason.split(":")[0] for r in manifests["val"].rejects] == ["duplicate key"]
@@ -271,7 +271,7 @@ def test_ssv2_templates_missing_from_labels_json_and_malformed_entries_are_rejec
         processes=1,
         max_reject_fraction=1.0,
     )
-    manifest = shard_dataset(cfg)["train"]
+    manifest = shard_dataset(cfg).manifests["train"]
     assert manifest.num_samples == 2
     assert manifest.class_names == ["Pushing something from left to right", "Moving something up"]
     reasons = [reject.reason for reject in manifest.rejects]

@@ -25,8 +25,8 @@ from media import SHARDED, VFR_PTS_MS, VIDEO_CASES, case_bytes, encode, good, mo
 from vidtx.config import ReencodeConfig, ShardConfig
 from vidtx.manifest import load_manifest
 from vidtx.media.decode import VideoDecodeError, probe_video
-from vidtx.shard.job import shard_dataset
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
+from vidtx.stages.shard import shard_dataset
 
 # (size, frames) as the shard's json records them
 EXPECTED_STREAMS = {
@@ -195,7 +195,7 @@ def test_videos_are_streamed_into_the_tar_and_larger_than_max_video_mb_rejected(
         source=tmp_path / "list.csv", video_root=tmp_path / "videos", output=tmp_path / "shards", processes=1
     )
     tracemalloc.start()
-    manifest = shard_dataset(cfg)["train"]
+    manifest = shard_dataset(cfg).manifests["train"]
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 5_000_000  # Python allocations of the whole job, the 30 MB file included
@@ -207,7 +207,7 @@ def test_videos_are_streamed_into_the_tar_and_larger_than_max_video_mb_rejected(
     limited = cfg.model_copy(
         update={"output": tmp_path / "limited", "max_video_mb": 10, "max_reject_fraction": 0.5}
     )
-    manifest = shard_dataset(limited)["train"]
+    manifest = shard_dataset(limited).manifests["train"]
     assert manifest.num_samples == 1
     assert [(r.path, r.reason) for r in manifest.rejects] == [
         ("big.mp4", "too large: 30 MB > shard.max_video_mb 10")
@@ -226,7 +226,7 @@ def test_file_names_that_are_not_utf8_are_sharded_and_reported_in_readable_json(
     cfg = ShardConfig(
         source=tmp_path / "videos", format="folder", output=tmp_path / "shards", max_reject_fraction=0.5
     )
-    manifest = shard_dataset(cfg)["train"]
+    manifest = shard_dataset(cfg).manifests["train"]
     assert manifest.num_samples == 4
     assert manifest.class_names == ["caf\\xe9"]
     assert [r.path for r in manifest.rejects] == ["train/caf\\xe9/\\xffbroken.mp4"]
@@ -255,7 +255,7 @@ def test_a_backslash_in_a_name_is_recorded_apart_from_a_byte_that_is_not_utf8(tm
     cfg = ShardConfig(
         source=tmp_path / "videos", format="folder", output=tmp_path / "shards", max_reject_fraction=0.5
     )
-    manifest = shard_dataset(cfg)["train"]
+    manifest = shard_dataset(cfg).manifests["train"]
     assert manifest.class_names == ["caf\\\\xe9", "caf\\xe9"]
     assert [(r.key, r.path) for r in manifest.rejects] == [
         ("caf\\xe9/broken\\\\x", "caf\\xe9/broken\\\\x.mp4")
@@ -279,7 +279,7 @@ def test_a_backslash_in_a_name_is_recorded_apart_from_a_byte_that_is_not_utf8(tm
     }
     assert {on_disk(meta["label_name"]) for meta in samples} == set(names)
     # A re-run reads the shards' recorded results back: nothing is escaped twice.
-    assert shard_dataset(cfg)["train"] == manifest
+    assert shard_dataset(cfg).manifests["train"] == manifest
 
 
 def test_an_odd_sized_video_is_recorded_with_its_size_in_every_store(tmp_path: Path) -> None:
@@ -297,7 +297,9 @@ def test_an_odd_sized_video_is_recorded_with_its_size_in_every_store(tmp_path: P
     recorded = {}
     for name, update in stores.items():
         cfg = base.model_copy(update={"output": tmp_path / name, **update})
-        [sample] = wds.WebDataset(shard_dataset(cfg)["train"].shard_urls(cfg.output), shardshuffle=False)
+        [sample] = wds.WebDataset(
+            shard_dataset(cfg).manifests["train"].shard_urls(cfg.output), shardshuffle=False
+        )
         meta = json.loads(sample["json"])
         recorded[name] = (meta["width"], meta["height"], meta.get("source_width"), meta.get("source_height"))
     assert recorded == {

@@ -16,9 +16,9 @@ from vidtx import storage
 from vidtx.config import DatasetFormat, ShardConfig
 from vidtx.locations import Location
 from vidtx.manifest import load_manifest
-from vidtx.shard.job import plan_dataset, shard_dataset
 from vidtx.shard.sources import Source, read_source
 from vidtx.shard.writer import write_shard
+from vidtx.stages.shard import plan_dataset, shard_dataset
 
 
 def video_gets(log: Path, since: int) -> list[str]:

@@ -30,11 +30,11 @@ from vidtx.config import PipelineConfig
 from vidtx.eval.multiview import predict_split
 from vidtx.locations import location
 from vidtx.manifest import load_manifest
+from vidtx.stages.train import train
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.lineage import FLOW_RUN_TAG
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.train.jobs import RUN_NAME_METADATA
-from vidtx.train.launcher import train
 from vidtx.train.payload import TrainResult
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ def two_sources(
 ) -> tuple[Path, Path]:
     """The session's synthetic videos sharded twice, as two datasets with other label sets:
     (public: 3 classes, ours: 2 classes, one shared)."""
-    from vidtx.shard.job import shard_dataset
+    from vidtx.stages.shard import shard_dataset
 
     videos, _ = synthetic_shards
     root = tmp_path_factory.mktemp("sources")

@@ -16,11 +16,11 @@ from mlflow import MlflowClient
 from vidtx.config import PipelineConfig, TrainConfig, dump_config, load_config
 from vidtx.manifest import load_manifest
 from vidtx.models import create_model
+from vidtx.stages.train import train
 from vidtx.tracking.lineage import INIT_FROM_TAG
 from vidtx.train.checkpoint import TrainedModel, trained_model
 from vidtx.train.ema import EMA_FILE
 from vidtx.train.engine import TRUNK, build_engine, is_frozen, unmatched_patterns
-from vidtx.train.launcher import train
 from vidtx.train.optim import build_optimizer, layer_of, parameter_groups
 from vidtx.train.starting_weights import classifier_names, start_from
 

@@ -18,7 +18,7 @@ from vidtx.data.train_loader import build_train_loader
 from vidtx.eval.multiview import evaluate
 from vidtx.manifest import FRAMES_MEMBER, load_manifest
 from vidtx.media.frames import JpegFrames
-from vidtx.shard.job import shard_dataset
+from vidtx.stages.shard import shard_dataset
 from vidtx.stages.trained_model import load_trained_model
 
 
@@ -54,7 +54,9 @@ def test_a_sample_holds_every_frame_as_jpeg_within_jpeg_tolerance(
     one_video: tuple[Path, Path], tmp_path: Path
 ) -> None:
     annotations, video = one_video
-    manifest = shard_dataset(frames_config(annotations, tmp_path / "shards", short_side=48))["train"]
+    manifest = shard_dataset(frames_config(annotations, tmp_path / "shards", short_side=48)).manifests[
+        "train"
+    ]
     assert manifest.store == "frames"
     (sample,) = samples(tmp_path / "shards" / manifest.shards[0].name).values()
     assert set(sample) == {FRAMES_MEMBER, "json"}
@@ -81,7 +83,7 @@ def test_frames_are_resampled_to_the_configured_rate_and_size(
 ) -> None:
     annotations, video = one_video
     cfg = frames_config(annotations, tmp_path / "shards", fps=6.0, short_side=24)
-    manifest = shard_dataset(cfg)["train"]
+    manifest = shard_dataset(cfg).manifests["train"]
     (sample,) = samples(tmp_path / "shards" / manifest.shards[0].name).values()
     meta = json.loads(sample["json"])
     assert (meta["frames"], meta["fps"], meta["width"], meta["height"]) == (12, 6.0, 32, 24)
@@ -98,7 +100,9 @@ def test_decoding_at_a_smaller_size_uses_the_jpeg_scales(
     one_video: tuple[Path, Path], tmp_path: Path
 ) -> None:
     annotations, _ = one_video
-    manifest = shard_dataset(frames_config(annotations, tmp_path / "shards", short_side=48))["train"]
+    manifest = shard_dataset(frames_config(annotations, tmp_path / "shards", short_side=48)).manifests[
+        "train"
+    ]
     (sample,) = samples(tmp_path / "shards" / manifest.shards[0].name).values()
     meta = json.loads(sample["json"])
     full = JpegFrames(sample[FRAMES_MEMBER], meta["offsets"], 12.0).frames([3, 3, 7])

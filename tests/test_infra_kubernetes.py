@@ -147,7 +147,7 @@ def test_prefect_flow_runs_reach_the_ray_head_and_mlflow(monkeypatch: pytest.Mon
     # ... and the code reads both: MLFLOW_TRACKING_URI wins over the config, RAY_ADDRESS picks the cluster.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
     assert resolve_tracking_uri(PipelineConfig()) == mlflow_uri
-    assert 'os.environ.get("RAY_ADDRESS")' in (ROOT / "vidtx/train/launcher.py").read_text()
+    assert 'os.environ.get("RAY_ADDRESS")' in (ROOT / "vidtx/stages/train.py").read_text()
     assert f"WORKDIR {NAMES['workdir']}" in (INFRA / "docker/train.Dockerfile").read_text()
 
 

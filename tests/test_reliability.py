@@ -25,9 +25,9 @@ from vidtx.data.eval_loader import build_eval_loader
 from vidtx.env import DEFAULTS
 from vidtx.manifest import Manifest, ShardInfo
 from vidtx.stages.evaluate import evaluate_trained
+from vidtx.stages.train import train
 from vidtx.stages.trained_model import TrainedRun
 from vidtx.tracking.runs import TrackingUnavailableError, connect, start_or_resume_run
-from vidtx.train.launcher import train
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,10 +21,10 @@ from media import encode
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig
 from vidtx.manifest import load_manifest
 from vidtx.media.encode import encode_mp4
-from vidtx.shard.job import plan_dataset, shard_dataset
 from vidtx.shard.plan import plan_shards
 from vidtx.shard.synthetic import generate_dataset
 from vidtx.shard.writer import ShardingError, write_shard
+from vidtx.stages.shard import plan_dataset, shard_dataset
 
 
 def members(tar: Path) -> dict[str, bytes]:
@@ -85,12 +85,12 @@ def test_same_seed_gives_byte_identical_shards_whatever_the_process_count(
     source = videos / "annotations.csv"
     manifests = shard_dataset(
         ShardConfig(source=source, output=tmp_path / "a", max_samples_per_shard=5, processes=2)
-    )
+    ).manifests
     assert tar_bytes(tmp_path / "a") == tar_bytes(reference)
     assert manifests["train"].content_hash == load_manifest(reference, "train").content_hash
     other = shard_dataset(
         ShardConfig(source=source, output=tmp_path / "b", max_samples_per_shard=5, processes=1, seed=1)
-    )
+    ).manifests
     assert other["train"].content_hash != manifests["train"].content_hash
     assert other["train"].counts_per_class == manifests["train"].counts_per_class
 
@@ -129,7 +129,7 @@ def test_bad_videos_are_rejected_with_reasons_and_the_rest_sharded(
         source=tmp_path / "list.csv", output=tmp_path / "shards", processes=1, max_reject_fraction=0.5
     )
 
-    manifest = shard_dataset(cfg)["train"]
+    manifest = shard_dataset(cfg).manifests["train"]
     assert manifest.num_samples == 6
     assert manifest.counts_per_class == {"a": 3, "b": 3}
     reasons = {reject.path: reject.reason for reject in manifest.rejects}
@@ -158,7 +158,7 @@ def test_reencode_resizes_resamples_cuts_and_shortens_the_gop(
     cfg = ShardConfig(
         source=tmp_path / "list.csv", output=tmp_path / "shards", processes=1, reencode=reencode
     )
-    manifest = shard_dataset(cfg)["train"]
+    manifest = shard_dataset(cfg).manifests["train"]
     assert manifest.config["reencode"] == reencode.model_dump()
     sample = members(tmp_path / "shards/train-000000.tar")
     meta = json.loads(sample["000000000000.json"])
@@ -176,12 +176,12 @@ def test_rerun_skips_finished_shards_and_rewrites_damaged_ones(
     cfg = ShardConfig(
         source=videos / "annotations.csv", output=tmp_path, max_samples_per_shard=5, processes=1
     )
-    first = shard_dataset(cfg)
+    first = shard_dataset(cfg).manifests
     stamps = {p.name: p.stat().st_mtime_ns for p in tmp_path.glob("*.tar")}
     reference = tar_bytes(tmp_path)
     with (tmp_path / "train-000002.tar").open("ab") as file:
         file.write(b"damage")
-    second = shard_dataset(cfg)
+    second = shard_dataset(cfg).manifests
     assert tar_bytes(tmp_path) == reference
     assert {name for name, stamp in stamps.items() if (tmp_path / name).stat().st_mtime_ns != stamp} == {
         "train-000002.tar"

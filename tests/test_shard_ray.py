@@ -26,9 +26,10 @@ from infra.local.s3_server import requests
 from vidtx import storage
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig
 from vidtx.manifest import load_manifest
-from vidtx.shard.job import ray_cluster, shard_dataset
+from vidtx.shard.job import ray_cluster
 from vidtx.shard.synthetic import generate_dataset
 from vidtx.shard.writer import ShardingError
+from vidtx.stages.shard import shard_dataset
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +121,7 @@ def test_a_node_lost_mid_job_costs_nothing_and_every_shard_is_written_once(
 
     # the same tars, byte for byte, as the process pool writes on one machine
     on_disk = config.model_copy(update={"output": tmp_path / "shards", "executor": "processes"})
-    assert shard_dataset(on_disk)["train"].content_hash == manifest.content_hash
+    assert shard_dataset(on_disk).manifests["train"].content_hash == manifest.content_hash
 
 
 def test_a_jobs_api_address_is_refused_at_the_start_naming_the_field(

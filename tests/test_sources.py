@@ -8,9 +8,9 @@ import pytest
 from media import encode, moving_frames
 
 from vidtx.config import ShardConfig
-from vidtx.shard.job import shard_dataset
 from vidtx.shard.outcome import shard_summary
 from vidtx.shard.sources import NothingToShardError, Source, read_source
+from vidtx.stages.shard import shard_dataset
 
 
 def touch(path: Path) -> Path:
@@ -198,7 +198,7 @@ def test_other_containers_are_sharded_and_ignored_files_are_written_and_counted(
         (clips / name).write_bytes(encode(moving_frames(12, 64, 48), container, codec, fps=fps))
     (clips / "notes.txt").write_text("not a video")
     cfg = ShardConfig(source=tmp_path / "videos", format="folder", output=tmp_path / "shards", processes=1)
-    manifests = shard_dataset(cfg)
+    manifests = shard_dataset(cfg).manifests
     assert (manifests["train"].num_samples, manifests["train"].rejects) == (7, [])
     ignored = [json.loads(line) for line in (cfg.output / "ignored.jsonl").read_text().splitlines()]
     assert ignored == [{"path": "clips/notes.txt", "reason": "not a video file (.txt)"}]

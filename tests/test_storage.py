@@ -26,8 +26,8 @@ from vidtx.data.eval_loader import build_eval_loader
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import location
 from vidtx.manifest import damaged_shards, find_splits, load_manifest
-from vidtx.shard.job import plan_dataset
 from vidtx.shard.writer import write_shard
+from vidtx.stages.shard import plan_dataset
 from vidtx.storage import join, name_of, parent_of
 
 

@@ -33,12 +33,12 @@ from vidtx.eval.metrics import top_k_correct
 from vidtx.eval.multiview import predict_split
 from vidtx.locations import Location, location
 from vidtx.manifest import load_manifest
-from vidtx.shard.job import shard_dataset
+from vidtx.stages.shard import shard_dataset
+from vidtx.stages.train import train
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.storage import join
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
-from vidtx.train.launcher import train
 from vidtx.train.payload import checkpoint_uri
 
 pytestmark = pytest.mark.slow

@@ -232,8 +232,8 @@ def test_a_run_whose_worker_was_killed_is_crashed_and_frees_the_training_slot(
     from prefect.deployments import run_deployment as run
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from vidtx.shard.job import shard_dataset
     from vidtx.shard.synthetic import generate_dataset
+    from vidtx.stages.shard import shard_dataset
 
     config = pipeline_config(tmp_path / "run", stack.env["MLFLOW_DB"])
     generate_dataset(config.synth)
@@ -276,8 +276,8 @@ def test_a_training_cancelled_in_the_ui_ends_cancelled_with_vidtx_line(stack: St
     from prefect.deployments import run_deployment as run
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from vidtx.shard.job import shard_dataset
     from vidtx.shard.synthetic import generate_dataset
+    from vidtx.stages.shard import shard_dataset
 
     config = pipeline_config(tmp_path / "run", stack.env["MLFLOW_DB"])
     generate_dataset(config.synth)

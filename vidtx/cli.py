@@ -117,14 +117,10 @@ def shard(
     overrides: OverridesOpt = None,
 ) -> None:
     """Probe, filter and write a video dataset into WebDataset shards and one manifest per split."""
-    from vidtx.manifest import manifest_path
-    from vidtx.shard.job import shard_dataset
-    from vidtx.shard.outcome import shard_summary
+    from vidtx.stages.shard import shard_dataset
 
     cfg = load(config, overrides, {"shard.source": source, "shard.output": output}, model=False).shard
-    for split, manifest in (manifests := shard_dataset(cfg)).items():
-        typer.echo(f"{manifest.summary()} -> {manifest_path(cfg.output, split)}")
-    typer.echo(shard_summary(cfg.output, manifests))
+    typer.echo(shard_dataset(cfg).summary())
 
 
 @app.command()
@@ -152,8 +148,8 @@ def train(
     """Train with Ray Train + DeepSpeed (local Ray, or a cluster via RAY_ADDRESS / train.cluster.address).
 
     The same train.run_name and storage path resume a stopped run from its latest checkpoint."""
+    from vidtx.stages.train import train as run_training
     from vidtx.tracking.runs import parse_tags
-    from vidtx.train.launcher import train as run_training
 
     typer.echo(run_training(load(config, overrides), tags=parse_tags(tags or [])).summary())
 

@@ -1,10 +1,20 @@
-"""The plain types that cross from one stage to the next: an evaluation's metrics and result, a
-video's prediction, a registered model version. The standard library only, so that what imports
+"""The plain types that cross from one stage to the next: a sharded split, an evaluation's metrics and
+result, a video's prediction, a registered model version. The standard library only, so that what imports
 them (the served model, `vidtx predict`, the flows' parameters) loads nothing else for them."""
 
 from __future__ import annotations
 
 import dataclasses
+
+
+@dataclasses.dataclass
+class ShardedSplit:
+    """One split as the shard stage reports it."""
+
+    manifest: str  # path of <split>.manifest.json
+    content_hash: str
+    samples: int
+    rejects: int
 
 
 @dataclasses.dataclass

@@ -1,1 +1,3 @@
-"""Video data: dataset sources, a synthetic motion dataset, WebDataset sharding, decoding, loading."""
+"""The read side: shards into training and evaluation batches (the loaders, which samples each rank
+reads, mixing sources, caching and fetching from a bucket, a rank's place in its epoch, training's
+augmentation)."""

@@ -1,4 +1,4 @@
-"""The whole sharding job: plan, write every shard with an executor, finalize every split.
+"""Writing a planned dataset's shards with an executor (the steps around it: `vidtx.stages.shard`).
 
 The executor (`shard.executor`) decides where the `write_shard` calls run:
 
@@ -20,12 +20,10 @@ from multiprocessing import current_process
 from vidtx import storage
 from vidtx.config import ShardConfig
 from vidtx.log import setup_logging, track
-from vidtx.manifest import Manifest
 from vidtx.processes import forkserver_context, sigterm_raises
 from vidtx.ray_session import is_jobs_api, ray_session, worker_env
-from vidtx.shard.outcome import write_ignored
-from vidtx.shard.plan import ShardSpec, plan_shards, read_dataset
-from vidtx.shard.writer import ShardingError, ShardResult, finalize_split, stats_path, write_shard
+from vidtx.shard.plan import ShardSpec
+from vidtx.shard.writer import ShardingError, ShardResult, stats_path, write_shard
 from vidtx.storage import join
 
 # Ray runs a task again when its worker or node dies (not when it raises): a lost node costs a shard
@@ -33,30 +31,19 @@ from vidtx.storage import join
 NODE_LOSS_RETRIES = 3
 
 
-def plan_dataset(cfg: ShardConfig) -> list[ShardSpec]:
-    """Read the dataset, plan its shards and write `ignored.jsonl` (what under the root is not sharded)."""
-    source = read_dataset(cfg)
-    specs = plan_shards(cfg, source)
-    write_ignored(cfg.output, source)
-    return specs
-
-
-def shard_dataset(cfg: ShardConfig) -> dict[str, Manifest]:
-    """Plan, write every shard with `cfg.executor`, and finalize every split. SIGTERM stops it as
-    `vidtx.processes.TerminatedError` with every child (or task) stopped; a re-run resumes. A
-    failure (an OSError: a full disk) leaves no temporary file."""
-    specs = plan_dataset(cfg)
+def write_shards(specs: list[ShardSpec], cfg: ShardConfig) -> list[ShardResult]:
+    """Write every planned shard with `cfg.executor`. SIGTERM stops it as
+    `vidtx.processes.TerminatedError` with every child (or task) stopped; a failure (an OSError: a
+    full disk) leaves no temporary file."""
     try:
         with sigterm_raises():
-            results = write_on_ray(specs, cfg) if cfg.executor == "ray" else _write_in_processes(specs, cfg)
+            return write_on_ray(specs, cfg) if cfg.executor == "ray" else _write_in_processes(specs, cfg)
     except BaseException:
         # A worker removes its own on an error, but workers terminated with the pool cannot.
         for spec in specs:
             for path in (join(cfg.output, spec.name), stats_path(cfg, spec)):
                 storage.remove_partial(path)
         raise
-    splits = dict.fromkeys(spec.split for spec in specs)
-    return {split: finalize_split(cfg, split, results) for split in splits}
 
 
 def _start_worker() -> None:

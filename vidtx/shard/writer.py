@@ -1,7 +1,7 @@
-"""Turning a video dataset into WebDataset tars: plan, write shards in parallel, finalize manifests.
+"""Writing one planned shard (idempotent) and finalizing a split's manifest from its shards' results.
 
-The job is split so that an orchestrator can map `write_shard` over the plan (a Prefect task per
-shard); `vidtx.shard.job.shard_dataset` does the same with a process pool or Ray tasks.
+The steps are apart so that an orchestrator can map `write_shard` over the plan (a Prefect task per
+shard); the shard stage (`vidtx.stages.shard`) runs them with a process pool or Ray tasks.
 
 * `plan_shards` (`plan.py`) is pure: which video goes into which shard under which key.
 * `write_shard` probes every video (and re-encodes it when asked) in a time-limited child process,

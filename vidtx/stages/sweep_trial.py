@@ -18,9 +18,9 @@ from ray.tune.experiment import Trial
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
 
 from vidtx.config import PipelineConfig
+from vidtx.stages.train import train
 from vidtx.tracking.runs import connect, find_run
 from vidtx.tracking.sweeps import end_trial_run, trial_tags
-from vidtx.train.launcher import train
 from vidtx.train.payload import TrainResult, checkpoint_uri
 
 REPORTED = ("step", "val_top1", "val_loss")  # what a training reports at each checkpoint (train.loop)

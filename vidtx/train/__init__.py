@@ -1,4 +1,4 @@
-"""Distributed training: Ray Train launches workers, each runs a DeepSpeed engine.
-
-Entry point: `vidtx.train.launcher.train(config) -> TrainResult`.
+"""The distributed training machinery that the training and sweep stages share (`vidtx.stages.train`,
+`vidtx.stages.sweep`): Ray Train launches the workers (or a Ray Job runs them), each runs a DeepSpeed
+engine over the loop, checkpoints and metrics go to storage and MLflow.
 """

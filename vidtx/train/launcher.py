@@ -1,23 +1,13 @@
-"""`train(config)`: a Ray Train TorchTrainer around the DeepSpeed loop, locally or on a cluster.
-
-Where it runs is decided by `RAY_ADDRESS` (or `train.cluster.address`):
-- unset: a local Ray instance is started for the run (and stopped after);
-- `http(s)://head:8265`: the run is submitted to that cluster as a Ray Job (see `jobs.py`);
-- anything else (`auto`, `host:6379`, what Ray sets inside a Ray Job): connect and run the trainer.
-
-A run is identified by its name and storage path: starting `train` again with the same ones resumes
-from the latest checkpoint and logs into the same MLflow run.
-"""
+"""A Ray Train TorchTrainer around the DeepSpeed loop, on a local Ray or a cluster: what the training
+stage (`vidtx.stages.train`) launches once it has checked the config and started the MLflow run."""
 
 from __future__ import annotations
 
-import datetime
 import logging
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import ray
-from pydantic import BaseModel
 from ray.train import (
     CheckpointConfig,
     FailureConfig,
@@ -28,136 +18,43 @@ from ray.train import (
 )
 from ray.train.torch import TorchTrainer
 
-from vidtx import storage
-from vidtx.config import ConfigError, PipelineConfig, TrainConfig
+from vidtx.config import PipelineConfig, TrainConfig
 from vidtx.data.shares import UnreadableShardsError
-from vidtx.locations import location
-from vidtx.model_factory import check_model_config
-from vidtx.processes import sigterm_raises, stopped_from_outside
-from vidtx.ray_session import is_jobs_api, ray_session, worker_env
-from vidtx.tracking.datasets import log_dataset_inputs
-from vidtx.tracking.lineage import INIT_FROM_TAG, MANIFEST_HASH_TAG
-from vidtx.tracking.runs import (
-    BEST_CHECKPOINT_TAG,
-    CHECKPOINT_TAG,
-    connect,
-    end_orphaned_runs,
-    resolve_tracking_uri,
-    start_or_resume_run,
-)
-from vidtx.train.engine import unmatched_patterns
-from vidtx.train.jobs import submit_training_job
+from vidtx.processes import sigterm_raises
+from vidtx.ray_session import ray_session, worker_env
 from vidtx.train.loop import train_loop_per_worker
-from vidtx.train.payload import TrainResult, WorkerPayload, checkpoint_uri, storage_location
-from vidtx.train.progress import ProgressCallback, follow_progress
+from vidtx.train.payload import WorkerPayload
 from vidtx.train.rendezvous import NodeAddressTorchConfig
-from vidtx.train.splits import training_splits
 
 logger = logging.getLogger(__name__)
 
 
-def default_run_name(config: PipelineConfig) -> str:
-    return f"{config.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-
-
-def train(
-    config: PipelineConfig,
-    *,
-    run_name: str | None = None,
-    tags: Mapping[str, str] | None = None,
-    progress: ProgressCallback | None = None,
-    recorded: BaseModel | None = None,
-    callbacks: Sequence[UserCallback] = (),
-) -> TrainResult:
-    """Train `config`; the same `run_name` + storage path resumes an earlier run. A new MLflow run
-    records `recorded`, the configuration as given (default: `config`). `callbacks` go to the Ray
-    Train run (a sweep's trial passes Ray Tune's, which hands each report to the Tuner)."""
-    network = check_model_config(config)  # a bad preset or option fails here, before anything starts
-    if unmatched := unmatched_patterns(network, config.train.freeze):
-        raise ConfigError(
-            f"train.freeze: {', '.join(map(repr, unmatched))} freezes no parameter of {config.model.name} "
-            "(names as in timm's ViT: patch_embed.*, cls_token, pos_embed, blocks.<i>.*, norm.*, head.*)"
-        )
-    run_name = run_name or config.train.run_name or default_run_name(config)
-    address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
-    if is_jobs_api(address):
-        return submit_training_job(config, run_name, address, tags, progress, recorded)
-    return _train_on_ray(config, run_name, address, tags or {}, progress, recorded, callbacks)
-
-
-def _train_on_ray(
-    config: PipelineConfig,
+def launch(
+    payload: WorkerPayload,
     run_name: str,
+    storage_path: str,
     address: str | None,
-    tags: Mapping[str, str],
-    progress: ProgressCallback | None,
-    recorded: BaseModel | None,
+    progress: Callable[[], AbstractContextManager[object]],
     callbacks: Sequence[UserCallback] = (),
-) -> TrainResult:
-    train_cfg = config.train
-    data, validation = training_splits(config.data)  # before the tracking store is created
-    tracking_uri = resolve_tracking_uri(config)
-    client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
-    lineage = {MANIFEST_HASH_TAG: data.content_hash, "ray.run_name": run_name, **tags}
-    if config.model.init_from:  # where the starting weights came from
-        lineage[INIT_FROM_TAG] = config.model.init_from
-    end_orphaned_runs(client, config.tracking.experiment)
-    run_id = start_or_resume_run(client, config, run_name, lineage, recorded)
-    splits = [("training", source.shards, source.manifest) for source in data.sources]
-    if validation is not None:
-        splits.append(("validation", config.data.shards, validation))
-    log_dataset_inputs(client, run_id, splits)
-
-    storage_path = storage_location(train_cfg.storage_path)
-    storage.check(location(storage_path))  # an unusable bucket is one line now, not a Ray error later
-    storage.make_folder(location(storage_path))
+) -> ray.train.Result:
+    """Run the DeepSpeed loop as a Ray Train TorchTrainer named `run_name` (checkpoints in
+    `storage_path/run_name`) on a local Ray (`address` None: started for the run, stopped after) or
+    the cluster at `address`, inside `progress()` (the driver following the run's metrics). SIGTERM
+    unwinds as `TerminatedError`, with the local Ray shut down."""
     env_vars = worker_env()
-    payload = WorkerPayload(
-        config=config.with_absolute_paths(),
-        tracking_uri=tracking_uri,
-        mlflow_run_id=run_id,
-        validation=validation is not None,
-    )
-    try:  # SIGTERM unwinds too: the local Ray is shut down and the run ended KILLED
-        with sigterm_raises(), ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
-            check_resources(config, autoscaling=address is not None)  # RAY_ADDRESS included (train())
-            trainer = _build_trainer(payload, run_name, storage_path, callbacks)
-            logger.info(
-                "training %s: %d workers, checkpoints in %s/%s",
-                run_name,
-                train_cfg.num_workers,
-                storage_path,
-                run_name,
-            )
-            with follow_progress(client, run_id, train_cfg.max_steps, progress):
-                result = _fit(trainer)
-    except BaseException as err:  # stopped from outside (SIGTERM, Ctrl-C, a Prefect cancellation): KILLED
-        stopped = stopped_from_outside(err)
-        if client.get_run(run_id).info.status == "RUNNING":  # else ended already by what stopped it
-            client.set_terminated(run_id, status="KILLED" if stopped else "FAILED")
-        if stopped:
-            ray_state = "Ray shut down" if not ray.is_initialized() else "Ray left running (not started here)"
-            err.add_note(
-                f"training {run_name} stopped: {ray_state}, MLflow run {run_id} ended KILLED, "
-                f"checkpoints kept in {storage_path}/{run_name}"
-            )
-        raise
-    best = result.best_checkpoints[-1][0] if result.best_checkpoints else None
-    for tag, checkpoint in {CHECKPOINT_TAG: result.checkpoint, BEST_CHECKPOINT_TAG: best}.items():
-        if checkpoint is not None:
-            client.set_tag(run_id, tag, checkpoint_uri(storage_path, checkpoint.path))
-    client.set_terminated(run_id, status="FINISHED")
-    trained = TrainResult(
-        run_name=run_name,
-        storage_path=storage_path,
-        checkpoint=checkpoint_uri(storage_path, result.checkpoint.path) if result.checkpoint else None,
-        best_checkpoint=checkpoint_uri(storage_path, best.path) if best else None,
-        metrics=dict(result.metrics or {}),
-        mlflow_run_id=run_id,
-        tracking_uri=tracking_uri,
-    )
-    trained.save()  # for a submitter waiting on this run as a Ray Job
-    return trained
+    train_cfg = payload.config.train
+    with sigterm_raises(), ray_session(address, runtime_env={"env_vars": env_vars} if env_vars else None):
+        check_resources(payload.config, autoscaling=address is not None)
+        trainer = _build_trainer(payload, run_name, storage_path, callbacks)
+        logger.info(
+            "training %s: %d workers, checkpoints in %s/%s",
+            run_name,
+            train_cfg.num_workers,
+            storage_path,
+            run_name,
+        )
+        with progress():
+            return _fit(trainer)
 
 
 def _fit(trainer: TorchTrainer) -> ray.train.Result:
