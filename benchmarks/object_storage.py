@@ -31,6 +31,7 @@ from vidtx import storage
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import Location
 from vidtx.manifest import load_manifest
+from vidtx.storage import objects
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,13 @@ FRAMES = 8
 
 
 class ReadCounter:
-    """Bytes the loader asks of a bucket: every ranged read, and every tar it streams (whole: its
-    size from `sizes`, so that counting makes no request of its own)."""
+    """Bytes the loader asks of a bucket: every ranged read (`vidtx.storage.objects.read_range`, which
+    frame reads and fetch-ahead's parts make), and every tar it streams (whole: its size from `sizes`,
+    so that counting makes no request of its own)."""
 
     def __init__(self, sizes: dict[str, int]) -> None:
         self.bytes, self.sizes = 0, sizes
-        self._read_range, self._open_input = storage.read_range, storage.open_input
+        self._read_range, self._open_input = objects.read_range, storage.open_input
 
     def __enter__(self) -> ReadCounter:
         def read_range(where: str, start: int, end: int) -> bytes:
@@ -67,11 +69,11 @@ class ReadCounter:
             self.bytes += self.sizes.get(str(where), 0)
             return self._open_input(where)
 
-        storage.read_range, storage.open_input = read_range, open_input
+        objects.read_range, storage.open_input = read_range, open_input
         return self
 
     def __exit__(self, *exc: object) -> None:
-        storage.read_range, storage.open_input = self._read_range, self._open_input
+        objects.read_range, storage.open_input = self._read_range, self._open_input
 
 
 def epoch(shards: Location, **data: object) -> tuple[int, float, float]:

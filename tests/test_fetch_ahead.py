@@ -24,7 +24,7 @@ from vidtx.data.shares import epoch_shards
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import location
 from vidtx.manifest import load_manifest
-from vidtx.storage import name_of
+from vidtx.storage import name_of, objects
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,7 @@ def test_the_frames_store_read_without_a_cache_keeps_read_ahead_requests_in_flig
     on the bucket (50 ms away, through the latency proxy) at once, never more; the epoch's batches
     are those of reading one sample at a time."""
     in_flight, most, lock = 0, 0, threading.Lock()
-    read_range = storage.read_range
+    read_range = objects.read_range
 
     def counted(where: str, start: int, end: int) -> bytes:
         nonlocal in_flight, most
@@ -143,7 +143,7 @@ def test_the_frames_store_read_without_a_cache_keeps_read_ahead_requests_in_flig
             with lock:
                 in_flight -= 1
 
-    monkeypatch.setattr(storage, "read_range", counted)
+    monkeypatch.setattr(objects, "read_range", counted)  # each ranged GET (`storage.read_ranges` makes them)
     data = DataConfig(
         shards=location(bucket_frames_shards), num_frames=4, short_side=32, crop_size=32, num_workers=0
     )
