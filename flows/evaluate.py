@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.client.schemas.objects import State
 
-from vidtx import storage
+from flows.forms import EvaluateForm, RegisterForm, config_of
 from vidtx.config import PipelineConfig
-from vidtx.config.sections import sections_config
 from vidtx.eval.report import render_results
 from vidtx.results import EvalResult, ModelVersionInfo
 from vidtx.stages.evaluate import evaluate_trained
@@ -15,21 +15,10 @@ from vidtx.stages.register import register_trained
 from vidtx.stages.trained_model import TrainedRun, find_trained_run
 from vidtx.tracking.links import artifact_link, model_version_link, run_link
 
-EvaluateModelConfig = sections_config(
-    "evaluate",
-    "EvaluateModelConfig",
-    "Multi-view evaluation of a trained model: which one, on which split, how.",
-)
-RegisterModelConfig = sections_config(
-    "register",
-    "RegisterModelConfig",
-    "A trained model into the MLflow Model Registry: evaluated, registered, its aliases moved.",
-)
-
 
 @task(retries=2, retry_delay_seconds=10)
-def find_trained(config: PipelineConfig, checkpoint: str | None) -> TrainedRun:
-    return find_trained_run(config, checkpoint)
+def find_trained(config: PipelineConfig) -> TrainedRun:
+    return find_trained_run(config)
 
 
 @task(retries=0)
@@ -57,33 +46,44 @@ def evaluation_markdown(config: PipelineConfig, trained: TrainedRun, result: Eva
     return "\n".join(lines)
 
 
-@flow(name="evaluate-model", log_prints=True)
-def evaluate_model(config: EvaluateModelConfig, checkpoint: str | None = None) -> EvalResult:
-    """Evaluate `checkpoint` (default: the best checkpoint of `train.run_name`) on `eval.split`."""
-    storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
-    config = config.pipeline()
-    trained = find_trained(config, checkpoint)
-    result = run_evaluation(config, trained)
-    create_markdown_artifact(
-        evaluation_markdown(config, trained, result), key="evaluation", description=f"{result.split} metrics"
-    )
-    return result
-
-
-@flow(name="register-model", log_prints=True)
-def register_model(
-    config: RegisterModelConfig, checkpoint: str | None = None, evaluation: EvalResult | None = None
-) -> ModelVersionInfo:
-    """Register the model of `checkpoint` (default: the best of `train.run_name`); evaluates it first
-    unless `evaluation` is given. `champion` moves only to a version that beats it on the same split."""
-    storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
-    config = config.pipeline()
-    trained = find_trained(config, checkpoint)
-    result = evaluation or run_evaluation(config, trained)
+@task(retries=0)
+def register(config: PipelineConfig, trained: TrainedRun, result: EvalResult) -> ModelVersionInfo:
+    """Register the evaluated model and move its aliases; a link artifact to the version."""
     version = register_trained(config, trained, result)
     create_link_artifact(
         model_version_link(config, version.name, version.version),
         link_text=f"{version.name} v{version.version}",
         description=f"aliases: {version.alias_text}; {version.reason}",
+    )
+    return version
+
+
+@flow(name="evaluate-model", log_prints=True)
+def evaluate_model(settings: EvaluateForm) -> EvalResult | State:
+    """Evaluate `eval.checkpoint` (empty: the best checkpoint of `train.run_name`) on `eval.split`."""
+    config = config_of(settings)
+    if isinstance(config, State):
+        return config
+    trained = find_trained(config)
+    result = run_evaluation(config, trained)
+    create_markdown_artifact(
+        evaluation_markdown(config, trained, result), key="evaluation", description=f"{result.split} metrics"
+    )
+    for line in [*render_results(result).splitlines(), f"checkpoint {trained.checkpoint}"]:
+        get_run_logger().info("%s", line)  # the run's log ends with the results
+    return result
+
+
+@flow(name="register-model", log_prints=True)
+def register_model(settings: RegisterForm) -> ModelVersionInfo | State:
+    """Evaluate the model of `eval.checkpoint` (empty: the best of `train.run_name`), register it and
+    move the aliases: `champion` moves only to a version that beats it on the same split."""
+    config = config_of(settings)
+    if isinstance(config, State):
+        return config
+    trained = find_trained(config)
+    version = register(config, trained, run_evaluation(config, trained))
+    get_run_logger().info(
+        "%s; %s", version.summary(), model_version_link(config, version.name, version.version)
     )
     return version

@@ -2,37 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.client.schemas.objects import State
 from pydantic import BaseModel
 
 from flows.cancellation import cancelled
-from flows.evaluate import EvaluateModelConfig, RegisterModelConfig, evaluate_model, register_model
+from flows.evaluate import evaluate_model, find_trained, register
+from flows.forms import EvaluateForm, PipelineForm, ShardForm, TrainForm, config_of
 from flows.lineage import LOCAL_PREFECT_UI, lineage_table, prefect_ui
 from flows.shard import shard_dataset
-from flows.train import TrainModelConfig, named_run, train_model
-from vidtx import storage
+from flows.train import named_run, train_model
 from vidtx.config import PipelineConfig
-from vidtx.config.sections import sections_config
-from vidtx.model_factory import check_model_config
 from vidtx.results import ModelVersionInfo, ShardedSplit
 from vidtx.shard.synthetic import frame_order_verdict
 from vidtx.tracking.lineage import run_lineage
 from vidtx.tracking.links import LOCAL_MLFLOW_UI, model_version_link
-from vidtx.tracking.runs import record_run
 from vidtx.train.splits import evaluation_split
 
 logger = logging.getLogger("flows.pipeline")  # also when run as __main__ (python -m flows.pipeline)
-
-VideoPipelineConfig = sections_config(
-    "pipeline",
-    "VideoPipelineConfig",
-    "The whole pipeline: synthesise (optional), shard, train, evaluate, register.",
-)
 
 
 class PipelineResult(BaseModel):
@@ -123,31 +115,34 @@ def stage(number: int, name: str, what: str) -> None:
 
 
 @flow(name="video-pipeline", log_prints=True)
-def video_pipeline(config: VideoPipelineConfig) -> PipelineResult | State:
+def video_pipeline(settings: PipelineForm) -> PipelineResult | State:
     """The whole pipeline. Training reads the shards this run writes (`data.shards` is set to
     `shard.output`), and the training run is named after this flow run unless `train.run_name` is set.
-    Each stage's flow is given the sections it reads."""
-    storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
-    given = config
-    config = named_run(config.pipeline())
-    check_model_config(config)  # a model that cannot be built fails before any sharding
+    Each stage's flow is given the same config file and settings, with those two."""
+    config = config_of(settings)
+    if isinstance(config, State):
+        return config
+    config = named_run(config)  # its model checked: one that cannot be built fails before any sharding
     config.data.shards = config.shard.output
+    ours = [f"data.shards={json.dumps(str(config.shard.output))}", f"train.run_name={config.train.run_name}"]
+    given = {"config": settings.config, "overrides": [*settings.given(), *ours]}
 
     stage(1, "shard-dataset", f"{config.shard.source} -> {config.shard.output}")
-    splits = shard_dataset(config.shard, config.synth, config.storage)
+    splits = shard_dataset(ShardForm(**given))
     split = evaluation_split(config).split  # a split the shards lack fails now, not after the training
     train = config.train
     stage(2, "train-model", f"{train.run_name}: {train.num_workers} workers, {train.max_steps} steps")
-    record_run(config, train.run_name, given)  # the training run records the whole config given here
-    training = train_model(TrainModelConfig.model_validate(config), return_state=True)
+    training = train_model(TrainForm(**given), return_state=True)
     if training.is_cancelled():
         return cancelled(training)
     trained = training.result()
     checkpoint = trained.best_checkpoint or trained.checkpoint
+    config.eval.checkpoint = checkpoint
     stage(3, "evaluate-model", f"{split} split, {config.eval.num_clips}x{config.eval.num_crops} views")
-    evaluation = evaluate_model(EvaluateModelConfig.model_validate(config), checkpoint)
+    given["overrides"].append(f"eval.checkpoint={json.dumps(checkpoint)}")
+    evaluation = evaluate_model(EvaluateForm(**given))
     stage(4, "register-model", config.registry.model_name)
-    version = register_model(RegisterModelConfig.model_validate(config), checkpoint, evaluation)
+    version = register(config, find_trained(config), evaluation)
     metrics = evaluation.metrics()
     lineage = run_lineage(config, trained.mlflow_run_id)
     result = PipelineResult(
@@ -176,6 +171,8 @@ def video_pipeline(config: VideoPipelineConfig) -> PipelineResult | State:
         key="pipeline-summary",
         description="What this pipeline run produced",
     )
+    for line in render_summary(result).splitlines():  # the run's log and the log file end with it (the
+        get_run_logger().info("%s", line)  # console prints it once the flow returns)
     return result
 
 
@@ -186,23 +183,23 @@ def main(argv: list[str] | None = None) -> None:
     import sys
 
     from vidtx.config import load_config
-    from vidtx.log import setup_logging
+    from vidtx.log import FILE_ONLY, setup_logging
 
     parser = argparse.ArgumentParser(prog="python -m flows.pipeline", description=video_pipeline.description)
     parser.add_argument("config", help="pipeline config YAML")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a summary")
     args = parser.parse_args(argv)
+    settings = PipelineForm(config=args.config, overrides=args.overrides)
     config = load_config(args.config, args.overrides)
     log_file = (config.workdir / "logs" / f"pipeline-{datetime.datetime.now():%Y%m%d-%H%M%S}.log").resolve()
     setup_logging(log_file=log_file)
     print(f"video-pipeline {config.name}: the full log goes to {log_file}", file=sys.stderr)
-    result = video_pipeline(config)
-    print(
-        result.model_dump_json(indent=2)
-        if args.json
-        else f"\n{render_summary(result)}\n  full log       {log_file}"
-    )
+    result = video_pipeline(settings)
+    summary = f"{render_summary(result)}\n  full log       {log_file}"
+    print(result.model_dump_json(indent=2) if args.json else f"\n{summary}")
+    for line in summary.splitlines():
+        logger.info("%s", line, extra=FILE_ONLY)  # the log file ends as the console does
 
 
 if __name__ == "__main__":

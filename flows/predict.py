@@ -11,6 +11,7 @@ import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from flows.forms import PredictForm
 from vidtx.config import PredictConfig
 from vidtx.markdown import markdown_table
 from vidtx.results import PredictionSummary
@@ -29,34 +30,28 @@ def resolve_model(
 
 
 @flow(name="batch-predict", log_prints=True)
-def batch_predict(
-    inputs: list[str],
-    predict: PredictConfig,
-    model: str = "models:/vidtx-xvit-demo@champion",
-    tracking_uri: str | None = None,
-    overrides: list[str] | None = None,
-) -> PredictionSummary:
-    """Score the videos of `inputs` with `model` into `predict.output` (required here). `overrides`
-    change the model's own config for this run, e.g. `eval.num_crops=1`."""
-    if predict.output is None:
-        raise ValueError("batch-predict writes a table: set predict.output (a .parquet or .csv file)")
+def batch_predict(settings: PredictForm) -> PredictionSummary:
+    """Score the videos with the model into the table at `output`; the overrides change the model's
+    own config for this run, e.g. `eval.num_crops=1`."""
     logger = get_run_logger()
-    classifier, version = resolve_model(model, tracking_uri, overrides or [], predict)
-    logger.info("scoring with %s (%s)", version, model)
+    classifier, version = resolve_model(
+        settings.model, settings.tracking_uri, settings.overrides, settings.predict()
+    )
+    logger.info("scoring with %s (%s)", version, settings.model)
     unreadable: list[tuple[str, str]] = []
 
     def on_row(row: pd.Series) -> None:
         if row["error"] is not None:
             unreadable.append((row["path"], row["error"]))
 
-    summary = predict_videos(classifier, version, inputs, on_row)
+    summary = predict_videos(classifier, version, settings.videos, on_row)
     name, number = version.removeprefix("models:/").split("/")
     lines = [
         "# Batch predictions",
         "",
         f"{summary.text()}.",
         "",
-        f"Model: [{name} v{number}]({model_version_link(classifier.config, name, number)}) ({model})",
+        f"Model: [{name} v{number}]({model_version_link(classifier.config, name, number)}) ({settings.model})",
     ]
     if unreadable:
         lines += ["", markdown_table(["video", "why it could not be read"], unreadable[:SHOWN_ERRORS])]

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 
 from prefect import flow, get_client, get_run_logger, task, unmapped
 from prefect.artifacts import create_table_artifact
+from prefect.client.schemas.objects import State
 from prefect.futures import as_completed
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner
 
-from vidtx.config import ShardConfig, StorageConfig, SynthConfig
+from flows.forms import ShardForm, config_of
+from vidtx.config import ShardConfig, SynthConfig
 from vidtx.log import setup_logging, track
 from vidtx.manifest import Manifest
 from vidtx.results import ShardedSplit
@@ -24,7 +26,6 @@ from vidtx.shard.job import write_on_ray
 from vidtx.shard.plan import ShardSpec
 from vidtx.shard.writer import ShardResult, finalize_split, shard_line, write_shard
 from vidtx.stages import shard as shard_stage
-from vidtx.storage import configure as configure_storage
 
 # Each task names what it works on and logs what it did: its run's log in the Prefect UI says more
 # than Prefect's own "Finished in state Completed()".
@@ -137,17 +138,15 @@ def publish(outcome: shard_stage.ShardOutcome) -> None:
     task_runner=ProcessPoolTaskRunner(initializer=_task_process_logging),
     log_prints=True,
 )
-def shard_dataset(
-    shard: ShardConfig, synth: SynthConfig | None = None, storage: StorageConfig | None = None
-) -> dict[str, ShardedSplit]:
-    """Shard `shard.source` into WebDataset tars in `shard.output` (generating `synth` first when set;
-    `storage`: the S3 endpoint and region of s3:// locations, when not the environment's).
-
-    Returns per split the manifest path, content hash, sample and reject counts.
-    """
-    if storage is not None:  # before any s3:// location, and before the writers' processes start
-        configure_storage(storage.endpoint_url, storage.region)
-    outcome = shard_stage.shard_dataset(shard, synth, STEPS)
-    get_run_logger().info("%s: %s", shard.output, outcome.reuse_note())
+def shard_dataset(settings: ShardForm) -> dict[str, ShardedSplit] | State:
+    """Shard the config's `shard.source` into WebDataset tars in `shard.output` (generating its `synth`
+    dataset first when the config has one). Returns per split the manifest path, content hash,
+    sample and reject counts."""
+    config = config_of(settings, model=False)  # its storage settings too, before the writers start
+    if isinstance(config, State):
+        return config
+    outcome = shard_stage.shard_dataset(config.shard, config.synth, STEPS)
     publish(outcome)
+    for line in [*outcome.summary().splitlines(), f"{config.shard.output}: {outcome.reuse_note()}"]:
+        get_run_logger().info("%s", line)  # the run's log ends with what was written
     return outcome.splits()

@@ -11,22 +11,14 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.client.schemas.objects import State
 from prefect.runtime import flow_run
-from pydantic import BaseModel
 
 from flows.cancellation import cancellable, cancelled
+from flows.forms import TrainForm, config_of
 from flows.lineage import lineage_table
-from vidtx import storage
 from vidtx.config import PipelineConfig
-from vidtx.config.sections import sections_config
 from vidtx.stages.train import train
-from vidtx.tracking.lineage import FLOW_RUN_TAG
+from vidtx.tracking.lineage import FLOW_RUN_TAG, run_lineage
 from vidtx.train.payload import TrainResult
-
-TrainModelConfig = sections_config(
-    "train",
-    "TrainModelConfig",
-    "One training run: the shards it reads, the model, how it trains, where it logs.",
-)
 
 
 def named_run(config: PipelineConfig) -> PipelineConfig:
@@ -37,7 +29,7 @@ def named_run(config: PipelineConfig) -> PipelineConfig:
 
 @task(retries=0)  # a retry would repeat expensive work; the flow run's own retry resumes instead
 @cancellable
-def run_training(config: PipelineConfig, given: BaseModel) -> TrainResult:
+def run_training(config: PipelineConfig) -> TrainResult:
     logger = get_run_logger()
     run_name = config.train.run_name
     progress_id = create_progress_artifact(0.0, description=f"training {run_name}")
@@ -53,18 +45,21 @@ def run_training(config: PipelineConfig, given: BaseModel) -> TrainResult:
         logger.info(line + (f"; {validation}" if validation else ""))
 
     tags = {FLOW_RUN_TAG: str(flow_run.id), "prefect.flow_run_name": str(flow_run.name)}
-    result = train(config, tags=tags, progress=on_progress, recorded=given)
+    result = train(config, tags=tags, progress=on_progress)
     update_progress_artifact(progress_id, 100.0)
     return result
 
 
 @flow(name="train-model", retries=1, retry_delay_seconds=30, log_prints=True)
-def train_model(config: TrainModelConfig) -> TrainResult | State:
-    """Train `config` on Ray (a local instance, or the cluster at RAY_ADDRESS / train.cluster.address).
-    A cancel stops the training and ends the run Cancelled (flows.cancellation)."""
-    storage.configure(config.storage.endpoint_url, config.storage.region)  # before any s3:// location
-    run_config = named_run(config.pipeline())
-    training = run_training(run_config, config, return_state=True)  # a new MLflow run records `config`
+def train_model(settings: TrainForm) -> TrainResult | State:
+    """Train the config on Ray (a local instance, or the cluster at RAY_ADDRESS /
+    train.cluster.address). A cancel stops the training and ends the run Cancelled
+    (flows.cancellation)."""
+    config = config_of(settings)
+    if isinstance(config, State):
+        return config
+    run_config = named_run(config)
+    training = run_training(run_config, return_state=True)
     if training.is_cancelled():
         return cancelled(training)
     result = training.result()
@@ -73,4 +68,7 @@ def train_model(config: TrainModelConfig) -> TrainResult | State:
         key="lineage",
         description=f"Lineage of training run {result.run_name}",
     )
+    lineage = run_lineage(run_config, result.mlflow_run_id)
+    for line in [*result.summary().splitlines(), f"MLflow run:  {lineage.mlflow_run_url}"]:
+        get_run_logger().info("%s", line)  # the run's log ends with what it produced
     return result

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vidtx.config import PipelineConfig, load_config
+from vidtx.config import PipelineConfig, dump_config, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,3 +41,11 @@ def shrunk_demo_config(workdir: Path, *overrides: str) -> PipelineConfig:
             *overrides,
         ],
     )
+
+
+def config_file(config: PipelineConfig, folder: Path) -> Path:
+    """`config` written to `folder/pipeline.yaml`, what a flow's run form names (`settings.config`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pipeline.yaml"
+    path.write_text(dump_config(config))
+    return path

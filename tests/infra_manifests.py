@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from vidtx.config import PipelineConfig, PredictConfig, ShardConfig, SynthConfig
+from vidtx.config import PipelineConfig, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 INFRA = ROOT / "infra"
@@ -102,17 +102,11 @@ def env_value(container: dict[str, Any], name: str) -> str:
 
 
 def assert_deployment_runs(deployment: dict[str, Any], expected: PipelineConfig) -> None:
-    """The deployment's parameters are `expected`: the sections of the config its flow reads, or
-    (shard-dataset) its shard and synth sections."""
-    parameters = deployment["parameters"]
-    if "config" in parameters:
-        given = parameters["config"]
-        assert PipelineConfig.model_validate(given) == PipelineConfig(
-            **{k: getattr(expected, k) for k in given}
-        )
-    elif "predict" in parameters:  # batch-predict: the demo's test videos into its workdir
-        assert parameters["inputs"] == [str(expected.synth.output / expected.eval.split)]
-        assert Path(PredictConfig.model_validate(parameters["predict"]).output).parent == expected.workdir
+    """The deployment's parameters are `expected`: its run form's config file with its overrides, or
+    (batch-predict) the demo's test videos into its workdir."""
+    settings = deployment["parameters"]["settings"]
+    if "config" in settings:
+        assert load_config(ROOT / settings["config"], settings.get("overrides", [])) == expected
     else:
-        assert ShardConfig.model_validate(parameters["shard"]) == expected.shard
-        assert SynthConfig.model_validate(parameters["synth"]) == expected.synth
+        assert settings["videos"] == [str(expected.synth.output / expected.eval.split)]
+        assert Path(settings["output"]).parent == expected.workdir

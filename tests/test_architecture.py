@@ -54,7 +54,7 @@ NEVER_REACHES: list[tuple[str, str, str]] = [
 ONLY: dict[str, set[str]] = {
     "vidtx.nn": {"torch"},
     "vidtx.models": {"torch", "vidtx.nn"},
-    "vidtx.config": {"pydantic", "yaml", "vidtx.locations"},
+    "vidtx.config": {"pydantic", "pydantic_core", "yaml", "vidtx.locations"},
     "vidtx.results": set(),
 }
 

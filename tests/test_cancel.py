@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from demo_config import shrunk_demo_config
+from demo_config import config_file, shrunk_demo_config
 from mlflow import MlflowClient
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
@@ -20,8 +20,6 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Cancelling
 from sockets import exposed, listening_sockets
 from ui_stack import started_stack
-
-from flows.pipeline import VideoPipelineConfig
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +40,7 @@ def test_cancelling_the_pipeline_while_it_trains_ends_every_run_cancelled_with_v
             f"tracking.tracking_uri=sqlite:///{stack.env['MLFLOW_DB']}",
             "train.max_steps=100000",
         )
-        parameters = {"config": VideoPipelineConfig.model_validate(config).model_dump(mode="json")}
+        parameters = {"settings": {"config": str(config_file(config, tmp_path))}}
         pipeline = run_deployment("video-pipeline/demo", parameters=parameters, timeout=0)
         tracking = MlflowClient(f"sqlite:///{stack.env['MLFLOW_DB']}")
 

@@ -13,7 +13,7 @@ import mlflow
 import pandas as pd
 import pytest
 import yaml
-from demo_config import shrunk_demo_config
+from demo_config import config_file, shrunk_demo_config
 from infra_manifests import assert_deployment_runs
 from mlflow import MlflowClient
 from prefect.cli.deploy._schedules import _construct_schedules
@@ -22,19 +22,17 @@ from prefect.client.schemas.actions import DeploymentScheduleCreate
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.client.schemas.objects import Artifact
 from prefect.client.schemas.schedules import CronSchedule
-from prefect.flows import load_flow_from_entrypoint
 from prefect.logging.handlers import APILogWorker
 from prefect.settings import PREFECT_API_URL
 from rich.console import Console
 
-from flows.pipeline import PipelineResult, VideoPipelineConfig
+from flows.forms import PipelineForm, ShardForm
+from flows.pipeline import PipelineResult
 from vidtx.config import (
-    ConfigError,
     PipelineConfig,
     ShardConfig,
     SynthConfig,
     dump_config,
-    fields,
     load_config,
 )
 from vidtx.serving.classifier import OUTPUT_COLUMNS
@@ -67,7 +65,7 @@ def test_video_pipeline_end_to_end_then_remade_from_its_logged_config(tmp_path: 
     from flows.pipeline import render_summary, video_pipeline
 
     config = pipeline_config(tmp_path)
-    summary = video_pipeline(config)
+    summary = video_pipeline(PipelineForm(config=config_file(config, tmp_path)))
 
     assert summary.splits["train"].samples == 24
     assert summary.run_name == "flow-run"
@@ -84,9 +82,7 @@ def test_video_pipeline_end_to_end_then_remade_from_its_logged_config(tmp_path: 
     # The run records the configuration the pipeline was given, whole (issue 43 case 6; was: the sections
     # training reads and defaults for the rest: synth null, shard.max_samples_per_shard 1000, ...)
     logged = Path(tracking.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path)))
-    assert VideoPipelineConfig.model_validate(load_config(logged)) == VideoPipelineConfig.model_validate(
-        config
-    )
+    assert load_config(logged) == config
     params = run.data.params
     assert (params["synth.size"], params["shard.max_samples_per_shard"], params["registry.model_name"]) == (
         "32",
@@ -202,8 +198,9 @@ def test_each_shard_dataset_task_is_named_by_what_it_works_on_and_says_what_it_d
     shard = ShardConfig(
         source=synth.output / "annotations.csv", output=tmp_path / "shards", max_samples_per_shard=2
     )
+    settings = ShardForm(config=config_file(PipelineConfig(synth=synth, shard=shard), tmp_path))
     for attempt in ("first", "again"):
-        state = shard_dataset(shard, synth, return_state=True)
+        state = shard_dataset(settings, return_state=True)
         lines = [
             line
             for line in flow_run_log(state.state_details.flow_run_id)
@@ -223,6 +220,14 @@ def test_each_shard_dataset_task_is_named_by_what_it_works_on_and_says_what_it_d
             )
         manifest = shard.output / "val.manifest.json"
         assert said["finalize val"] == f"val: 4 samples in 2 shards, 0 rejected; manifest {manifest}"
+        # the flow run's own lines end with what was written, as `vidtx shard` prints it
+        reused = 0 if attempt == "first" else 4
+        assert [message for task, message in lines if not task][-4:] == [
+            f"train: 4 samples in 2 shards, 0 rejected -> {shard.output / 'train.manifest.json'}",
+            f"val: 4 samples in 2 shards, 0 rejected -> {manifest}",
+            f"8 found: 8 sharded, 0 rejected, 0 ignored (see {shard.output / 'ignored.jsonl'})",
+            f"{shard.output}: reused {reused} of 4 shards (already complete from the same plan)",
+        ]
 
 
 def pipeline_in_a_child_process(
@@ -246,67 +251,19 @@ def test_video_pipeline_checks_the_model_and_the_evaluation_split_before_trainin
     from flows.pipeline import video_pipeline
 
     config = pipeline_config(tmp_path)
-    config.data.crop_size = 28  # not a multiple of the patch size (8)
-    with pytest.raises(ConfigError, match=r"data.crop_size=28.*not a multiple of patch_size 8"):
-        video_pipeline(config)
+    settings = PipelineForm(config=config_file(config, tmp_path), overrides=["data.crop_size=28"])
+    state = video_pipeline(settings, return_state=True)  # 28: not a multiple of the patch size (8)
+    assert state.is_failed()
+    assert re.fullmatch(r"error: data.crop_size=28.*not a multiple of patch_size 8.*", state.message)
     assert not (tmp_path / "shards").exists()  # before any sharding
-    config = pipeline_config(tmp_path)
+    settings = PipelineForm(config=settings.config, overrides=["data.crop_sise=32"])
+    assert video_pipeline(settings, return_state=True).message.startswith(
+        "error: --set data.crop_sise=32: data.crop_sise: no such setting; nearby: data.crop_size"
+    )  # the same line as `vidtx pipeline --set data.crop_sise=32`
     config.synth.videos_per_class = {"train": 2, "val": 1}  # no test split: eval.split is test
     with pytest.raises(FileNotFoundError, match=r"eval.split 'test': .*\(splits there: train, val\)"):
-        video_pipeline(config)
+        video_pipeline(PipelineForm(config=config_file(config, tmp_path)))
     assert not (tmp_path / "ray").exists()  # before any training
-
-
-def test_deployments_validate_and_each_form_shows_the_sections_its_flow_reads() -> None:
-    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
-    deployments = spec["deployments"]
-    flows = (
-        "shard_dataset",
-        "train_model",
-        "evaluate_model",
-        "register_model",
-        "video_pipeline",
-        "batch_predict",
-        "sweep_model",
-    )
-    targets = {(d["entrypoint"].split(":")[1], d["work_pool"]["name"]) for d in deployments}
-    assert {(flow, pool) for flow in flows for pool in ("vidtx-process", "vidtx-kubernetes")} <= targets
-    reads = {"train-model": "train", "evaluate-model": "evaluate", "register-model": "register"}
-    reads |= {"video-pipeline": "pipeline", "sweep-model": "sweep"}
-    for deployment in deployments:
-        flow = load_flow_from_entrypoint(str(ROOT / deployment["entrypoint"]))
-        flow.validate_parameters(deployment.get("parameters") or {})
-        schema = flow.parameters.model_dump()
-        if flow.name not in reads:
-            continue
-        form = schema["definitions"][schema["properties"]["config"]["$ref"].rpartition("/")[2]]
-        sections = fields.COMMAND_SECTIONS[reads[flow.name]]
-        assert set(form["properties"]) == {s for s in sections if s != fields.ROOT} | {"name", "workdir"}
-        assert "zero_stage" in schema["definitions"]["TrainConfig"]["properties"]
-        assert form["description"].startswith(
-            ("One training run", "Multi-view", "A trained model", "The whole", "A hyperparameter sweep")
-        )
-        # every section the flow reads is given but storage (the environment's) and synth (optional)
-        assert set(form["properties"]) - set(deployment["parameters"]["config"]) <= {"storage", "synth"}
-    train_form = load_flow_from_entrypoint(str(ROOT / "flows/train.py:train_model")).parameters.model_dump()
-    assert {"synth", "shard", "eval", "registry", "predict"}.isdisjoint(
-        train_form["definitions"]["TrainModelConfig"]["properties"]
-    )
-    assert "whole pipeline" not in train_form["definitions"]["TrainModelConfig"]["description"]
-
-
-def test_a_flow_given_the_whole_config_takes_the_sections_it_reads(tmp_path: Path) -> None:
-    """video-pipeline hands each stage's flow a PipelineConfig: its sections pass, the rest stays out."""
-    from flows.evaluate import register_model
-
-    config = pipeline_config(tmp_path)
-    validated = register_model.validate_parameters({"config": config})["config"]
-    assert validated.train == config.train
-    assert validated.registry == config.registry
-    assert not hasattr(validated, "shard")
-    assert validated.pipeline().shard == PipelineConfig().shard  # not read: its default
-    with pytest.raises(Exception, match="shard"):
-        register_model.validate_parameters({"config": config.model_dump(mode="json")})
 
 
 def test_nightly_schedules_are_deployed_inactive() -> None:
@@ -323,10 +280,9 @@ def test_nightly_schedules_are_deployed_inactive() -> None:
 
 
 def test_local_deployments_run_the_demo_config() -> None:
-    """prefect.yaml repeats configs/experiments/demo.yaml for the local deployments' parameters."""
+    """The local deployments' forms name configs/experiments/demo.yaml (the sweep: demo_sweep.yaml)."""
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     demo = load_config(ROOT / "configs/experiments/demo.yaml")
-    assert PipelineConfig.model_validate(spec["definitions"]["local_demo"]) == demo
     demo_sweep = load_config(ROOT / "configs/experiments/demo_sweep.yaml")
     local = [
         d for d in spec["deployments"] if d["work_pool"]["name"] == "vidtx-process" and d["name"] != "stack"
@@ -338,16 +294,14 @@ def test_local_deployments_run_the_demo_config() -> None:
 
 
 def test_the_stack_deployment_runs_the_stack_config_on_sources_already_uploaded() -> None:
-    """video-pipeline/stack repeats configs/experiments/stack.yaml, less `synth` (make demo-stack
-    generates and uploads those sources first; the flow must not generate them on its machine)."""
+    """video-pipeline/stack runs configs/experiments/stack.yaml less `synth` (make demo-stack generates
+    and uploads those sources first; the flow must not generate them on its machine)."""
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     stack = load_config(ROOT / "configs/experiments/stack.yaml")
     assert stack.synth is not None
     (deployment,) = [d for d in spec["deployments"] if d["name"] == "stack"]
     assert deployment["entrypoint"] == "flows/pipeline.py:video_pipeline"
-    assert PipelineConfig.model_validate(deployment["parameters"]["config"]) == stack.model_copy(
-        update={"synth": None}
-    )
+    assert_deployment_runs(deployment, stack.model_copy(update={"synth": None}))
     assert (stack.shard.executor, stack.shard.output, stack.data.shards) == ("ray", *[stack.shard.output] * 2)
     assert stack.shard.source.startswith("s3://")
     assert stack.train.storage_path.startswith("s3://")
@@ -358,23 +312,23 @@ def test_batch_predict_writes_the_table_and_links_the_version_it_used(
 ) -> None:
     import pyarrow.parquet as pq
 
+    from flows.forms import PredictForm
     from flows.predict import batch_predict
-    from vidtx.config import PredictConfig
 
     for i in range(3):
         write_mp4(tmp_path / "videos" / f"{i}.mp4", num_frames=8, width=32, height=32)
     (tmp_path / "videos" / "bad.mp4").write_bytes(b"not a video")
     output = tmp_path / "predictions.parquet"
-    summary = batch_predict(
-        [str(tmp_path / "videos")],
-        PredictConfig(output=output, top_k=2),
+    settings = PredictForm(
+        videos=[str(tmp_path / "videos")],
+        output=str(output),
+        top_k=2,
         model="models:/predict-test@champion",
         tracking_uri=registered_model,
     )
+    summary = batch_predict(settings)
     assert (summary.videos, summary.failed, summary.model_uri) == (4, 1, "models:/predict-test/1")
     assert pq.read_table(output).num_rows == 4
     artifact = latest_artifact("batch-predictions").data
     assert "[predict-test v1](" in artifact
     assert f"| {tmp_path / 'videos' / 'bad.mp4'} |" in artifact
-    with pytest.raises(ValueError, match=r"set predict\.output"):
-        batch_predict([str(tmp_path / "videos")], PredictConfig(), tracking_uri=registered_model)

@@ -164,9 +164,7 @@ def test_cluster_demo_is_the_demo_config_on_the_shared_volume() -> None:
         f"tracking.ui_url=http://127.0.0.1:{NAMES['services']['mlflow']}",
     ]
     expected = load_config(ROOT / "configs/experiments/demo.yaml", overrides)
-    searched = expected.model_copy(
-        update={"sweep": load_config(ROOT / "configs/experiments/demo_sweep.yaml").sweep}
-    )
+    searched = load_config(ROOT / "configs/experiments/demo_sweep.yaml", overrides)  # the local sweep's
     for deployment in kubernetes_deployments():
         assert_deployment_runs(
             deployment, searched if deployment["entrypoint"].endswith(":sweep_model") else expected

@@ -90,8 +90,9 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     version = client.get_model_version("aliases-test", "2")
     assert "vidtx.metric.top1" in version.tags
     assert "GFLOPs per view" in version.description  # the model card
-    # the versions table shows the description as raw text: a sentence first, no markdown heading
-    assert version.description.startswith("Video classifier `xvit_tiny`")
+    # the registry's pages show the description as raw text: a sentence first, no heading, no code marks
+    assert version.description.startswith("Video classifier xvit_tiny")
+    assert "`" not in version.description
     logged_model_id = version.source.removeprefix("models:/")  # the store leaves version.model_id empty
     assert client.get_logged_model(logged_model_id).name == "aliases-test"  # not "model"
     with mlflow_uris(result.tracking_uri):

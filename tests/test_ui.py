@@ -14,11 +14,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from demo_config import shrunk_demo_config
+from demo_config import config_file, shrunk_demo_config
 from mlflow import MlflowClient
 from ui_stack import Stack, listening, started_stack, ui_sh
 
-from flows.pipeline import VideoPipelineConfig
 from vidtx.config import PipelineConfig
 from vidtx.tracking.links import run_link
 from vidtx.tracking.runs import connect, resolve_tracking_uri
@@ -28,40 +27,17 @@ CHROMIUM = os.environ.get("VIDTX_CHROMIUM") or shutil.which("chromium")
 DEPLOYED_FLOWS = [
     *("shard-dataset", "train-model", "evaluate-model", "register-model", "video-pipeline", "sweep-model"),
 ]
-RUN_SECTIONS = ["Data", "Model", "Train", "Tracking", "Storage"]
-# (deployment, its form's summary, sections shown, sections not shown)
+# (deployment, its form's summary, the fields it opens with); every form ends with Overrides
 FORMS = [
-    (
-        "train-model/local",
-        "One training run",
-        RUN_SECTIONS,
-        ["Synth", "Shard", "Eval", "Registry", "Predict", "Sweep"],
-    ),
-    (
-        "evaluate-model/local",
-        "Multi-view evaluation",
-        [*RUN_SECTIONS, "Eval"],
-        ["Synth", "Shard", "Registry", "Predict", "Sweep"],
-    ),
-    (
-        "register-model/local",
-        "A trained model into",
-        [*RUN_SECTIONS, "Eval", "Registry"],
-        ["Synth", "Shard", "Predict", "Sweep"],
-    ),
-    (
-        "sweep-model/local",
-        "A hyperparameter sweep",
-        [*RUN_SECTIONS, "Eval", "Registry", "Sweep"],
-        ["Synth", "Shard", "Predict"],
-    ),
-    (
-        "video-pipeline/demo",
-        "The whole pipeline",
-        [*RUN_SECTIONS, "Synth", "Shard", "Eval", "Registry"],
-        ["Predict", "Sweep"],
-    ),
+    ("shard-dataset/local", "Shard a video dataset", ["Config File", "Source", "Output", "Executor"]),
+    ("train-model/local", "One training run", ["Config File", "Max Steps", "LR", "Num Workers", "Run Name"]),
+    ("evaluate-model/local", "Multi-view evaluation", ["Config File", "Run Name", "Checkpoint", "Split"]),
+    ("register-model/local", "A trained model evaluated", ["Config File", "Run Name", "Checkpoint"]),
+    ("sweep-model/local", "A hyperparameter sweep", ["Config File", "Num Trials", "Max Concurrent", "Space"]),
+    ("video-pipeline/demo", "The whole pipeline", ["Config File", "Name", "Max Steps", "LR"]),
+    ("batch-predict/local", "Videos scored", ["Videos", "Model", "Output", "Top K"]),
 ]
+TWO_SCREENS = 1_800  # px: a form that fits on two screens at 1400x900
 
 pytestmark = [
     pytest.mark.ui,
@@ -84,11 +60,9 @@ def pipeline_config(tmp_path: Path, mlflow_db: str) -> PipelineConfig:
     )
 
 
-def train_parameters(config: PipelineConfig) -> dict:
-    """train-model's `config` parameter: the sections it reads."""
-    from flows.train import TrainModelConfig
-
-    return TrainModelConfig.model_validate(config).model_dump(mode="json")
+def settings(config: PipelineConfig, folder: Path) -> dict:
+    """A flow's parameters for `config`: its run form naming the config written to `folder`."""
+    return {"settings": {"config": str(config_file(config, folder))}}
 
 
 def run_deployment(stack: Stack, name: str, parameters: dict) -> str:
@@ -112,16 +86,8 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
     assert CHROMIUM, "Debian's chromium is needed: apt-get install chromium"
     config = pipeline_config(tmp_path / "run", stack.env["MLFLOW_DB"])
     config.tracking.ui_url = stack.mlflow_url  # the links vidtx writes open this stack's MLflow UI
-    shard_run = run_deployment(
-        stack,
-        "shard-dataset/local",
-        {"shard": config.shard.model_dump(mode="json"), "synth": config.synth.model_dump(mode="json")},
-    )
-    run_deployment(
-        stack,
-        "video-pipeline/demo",
-        {"config": VideoPipelineConfig.model_validate(config).model_dump(mode="json")},
-    )
+    shard_run = run_deployment(stack, "shard-dataset/local", settings(config, tmp_path))
+    run_deployment(stack, "video-pipeline/demo", settings(config, tmp_path))
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
@@ -129,18 +95,6 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
         page.goto(f"{stack.prefect_url}/deployments")
         for flow in DEPLOYED_FLOWS:
             expect(page.get_by_text(flow, exact=True).first).to_be_visible(timeout=60_000)
-        # each flow's run form shows the sections that flow reads, and says what it is
-        for deployment, summary, shown, hidden in FORMS:
-            form = browser.new_page()  # a fresh page, as a person opening Deployments -> Run -> Custom run
-            form.goto(f"{stack.prefect_url}/v2/deployments/deployment/{stack.deployment_id(deployment)}/run")
-            expect(form.get_by_text(summary).first).to_be_visible(timeout=60_000)
-            for section in shown:
-                expect(form.get_by_text(f"{section} (Optional)", exact=True).first).to_be_visible()
-            for section in hidden:
-                expect(form.get_by_text(f"{section} (Optional)", exact=True)).to_have_count(0)
-            if deployment != "video-pipeline/demo":  # described as what it is, not the pipeline
-                expect(form.get_by_text("the whole pipeline")).to_have_count(0)
-            form.close()
         # the shard-dataset run's log: each task says what it did (issue 43 case 7)
         page.goto(f"{stack.prefect_url}/v2/runs/flow-run/{shard_run}")
         expect(page.get_by_text("Completed").first).to_be_visible(timeout=60_000)
@@ -181,6 +135,20 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
             re.compile(rf"/runs/{trained.info.run_id}\?workflowType=machine_learning"), timeout=60_000
         )
         expect(fresh.get_by_text("Model registry").first).to_be_visible(timeout=60_000)
+        # from the experiment's runs, in a fresh profile, a click on the run keeps the model-training
+        # view (MLflow falls back to GenAI on a click unless the browser chose; `make ui`'s server sets
+        # that default), and no Assistant panel opens by itself
+        clicked = browser.new_context().new_page()
+        clicked.goto(experiment_link)
+        clicked.get_by_text(trained.info.run_name, exact=True).first.click()
+        expect(clicked).to_have_url(re.compile(rf"/runs/{trained.info.run_id}"), timeout=60_000)
+        expect(clicked.get_by_text("Model registry").first).to_be_visible(timeout=60_000)
+        expect(clicked.get_by_text("Judges", exact=True)).to_have_count(0)
+        expect(clicked.get_by_text("MLflow Assistant")).to_have_count(0)
+        clicked.goto(f"{stack.mlflow_url}/#/models/vidtx-ui-test/versions/1")
+        expect(clicked.get_by_text("GFLOPs per view").first).to_be_visible(timeout=60_000)
+        expect(clicked.get_by_text("Model registry").first).to_be_visible()
+        assert "`" not in clicked.inner_text("body")  # the version's description renders plainly
         browser.close()
 
     started = stack.processes()
@@ -191,36 +159,34 @@ def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothi
     assert not any(listening(port) for port in stack.ports)
 
 
-def test_train_models_run_form_in_the_ui_prefects_root_opens_reads_plainly(stack: Stack) -> None:
-    """train-model/local -> Run -> Custom run in the new UI (under /v2, where Prefect's root goes), as a
-    newcomer reads it: sections and fields by name, not class; no type tabs of None, no raw backticks;
-    a nullable value an empty input, a dict its default; shorter than the 9,178 px it was."""
+def test_each_run_form_fits_on_two_screens_and_opens_with_what_a_person_changes(stack: Stack) -> None:
+    """Deployments -> Run -> Custom run in the new UI (under /v2, where Prefect's root goes), at
+    1400x900: the config file (required, the deployment's), the flow's few settings (empty: the
+    file's), the overrides; no type tabs of None, no raw backticks, at most two screens high (was
+    10,914 px for train-model, 13,946 px for sweep-model)."""
     from playwright.sync_api import expect, sync_playwright
 
     assert CHROMIUM, "Debian's chromium is needed: apt-get install chromium"
+    heights = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        form = browser.new_page(viewport={"width": 1280, "height": 900})
-        form.goto(stack.prefect_url)
-        expect(form).to_have_url(re.compile(r"/v2/"), timeout=60_000)
-        deployment = stack.deployment_id("train-model/local")
-        form.goto(f"{stack.prefect_url}/v2/deployments/deployment/{deployment}/run")
-        expect(form.get_by_text("One training run").first).to_be_visible(timeout=60_000)
-        for section in [*RUN_SECTIONS, "Cluster", "Optimizer", "Schedule"]:
-            expect(form.get_by_text(f"{section} (Optional)", exact=True)).to_have_count(1)
-        expect(form.locator("label").filter(has_text=re.compile(r"Config\b"))).to_have_count(0)
-        expect(form.get_by_text('Property is type "None"')).to_have_count(0)
-        assert "`" not in form.inner_text("body")
-        # a nullable value empty (None), the deployment's value, a default
-        expect(form.get_by_label("Global Batch Size (Optional)", exact=True)).to_have_value("")
-        expect(form.get_by_label("Max Steps (Optional)", exact=True)).to_have_value("1200")
-        expect(form.get_by_label("Cache GB (Optional)", exact=True)).to_have_value("50")
-        for name in ["Options", "Runtime Env", "DeepSpeed"]:  # a dict: a JSON editor holding its default
-            label = form.get_by_text(f"{name} (Optional)", exact=True)
-            expect(form.locator("div.group", has=label).last.locator(".cm-content")).to_have_text("{}")
-        height = form.evaluate("document.documentElement.scrollHeight")
-        assert height < 9_000, height  # 9,178 px before vidtx.config.sections shaped the schema, 8,640 after
+        for deployment, summary, fields in FORMS:
+            form = browser.new_page(viewport={"width": 1400, "height": 900})
+            form.goto(f"{stack.prefect_url}/v2/deployments/deployment/{stack.deployment_id(deployment)}/run")
+            expect(form.get_by_text(summary).first).to_be_visible(timeout=60_000)
+            for field in fields:
+                expect(form.get_by_text(re.compile(rf"^{field}( \(Optional\))?$")).first).to_be_visible()
+            expect(form.get_by_text("Overrides (Optional)", exact=True)).to_have_count(1)
+            expect(form.get_by_text('Property is type "None"')).to_have_count(0)
+            assert "`" not in form.inner_text("body")
+            if "Config File" in fields:
+                expect(form.get_by_text("Config File (Optional)", exact=True)).to_have_count(0)
+                expect(form.get_by_label("Config File", exact=True)).to_have_value(re.compile(r"configs/"))
+                expect(form.get_by_label(f"{fields[1]} (Optional)", exact=True)).to_have_value("")
+            heights[deployment] = form.evaluate("document.documentElement.scrollHeight")
+            form.close()
         browser.close()
+    assert max(heights.values()) <= TWO_SCREENS, heights
 
 
 def test_a_run_whose_worker_was_killed_is_crashed_and_frees_the_training_slot(
@@ -242,7 +208,7 @@ def test_a_run_whose_worker_was_killed_is_crashed_and_frees_the_training_slot(
     long_run = config.model_copy(deep=True)
     long_run.train.max_steps = 100_000
     with temporary_settings({PREFECT_API_URL: f"{stack.prefect_url}/api"}):
-        doomed = run("train-model/local", parameters={"config": train_parameters(long_run)}, timeout=0)
+        doomed = run("train-model/local", parameters=settings(long_run, tmp_path / "long"), timeout=0)
         tracking = MlflowClient(f"sqlite:///{stack.env['MLFLOW_DB']}")
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not tracking.search_runs(
@@ -259,7 +225,7 @@ def test_a_run_whose_worker_was_killed_is_crashed_and_frees_the_training_slot(
         assert "marked Crashed" in restarted.stdout
         with get_client(sync_client=True) as client:
             assert client.read_flow_run(doomed.id).state_name == "Crashed"
-        run_deployment(stack, "train-model/local", {"config": train_parameters(config)})
+        run_deployment(stack, "train-model/local", settings(config, tmp_path))
     runs = {
         r.info.run_name: r
         for r in tracking.search_runs([e.experiment_id for e in tracking.search_experiments()])
@@ -288,7 +254,7 @@ def test_a_training_cancelled_in_the_ui_ends_cancelled_with_vidtx_line(stack: St
     with temporary_settings({PREFECT_API_URL: f"{stack.prefect_url}/api"}):
         training = run(
             "train-model/local",
-            parameters={"config": train_parameters(config)},
+            parameters=settings(config, tmp_path),
             timeout=0,
         )
         deadline = time.monotonic() + 600
@@ -321,3 +287,42 @@ def test_a_training_cancelled_in_the_ui_ends_cancelled_with_vidtx_line(stack: St
     stopped = f"training demo-{training.id} stopped: Ray shut down, MLflow run {mlflow_run.info.run_id} ended KILLED"
     assert any(line.startswith(f"cancelled: {stopped}") for line in logs)
     assert mlflow_run.info.status == "KILLED"
+
+
+def test_a_sweep_run_from_the_ui_ends_its_log_with_the_trials_the_best_and_the_version(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A sweep started as the UI's Run button does: its flow run's own log (not only the worker's
+    file) ends with each trial's values and metric with its MLflow run, the best trial, the version
+    registered and the sweep in MLflow; the same as the run's artifact."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    from vidtx.shard.synthetic import generate_dataset
+    from vidtx.stages.shard import shard_dataset
+
+    config = pipeline_config(tmp_path / "run", stack.env["MLFLOW_DB"])
+    generate_dataset(config.synth)
+    shard_dataset(config.shard)
+    config.data.shards = config.shard.output
+    config.sweep.space = {"train.optimizer.lr": {"grid": [1e-3, 3e-3]}}
+    config.sweep.num_trials = 1
+    config.sweep.scheduler.name = "none"
+    config.train.cpus_per_worker = 0.99  # 2 workers and the trial's driver in 2 CPUs
+    config.train.val_every = 3
+    config.tracking.ui_url = stack.mlflow_url  # the links vidtx writes open this stack's MLflow UI
+    flow_run_id = run_deployment(stack, "sweep-model/local", settings(config, tmp_path))
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    lines = [log.message for log in sorted(logs, key=lambda log: log.timestamp)]
+    ours = lines[lines.index(next(line for line in lines if line.startswith("sweep "))) :]
+    assert re.fullmatch(r"sweep \S+: 2 trials, best \S+", ours[0])
+    for lr in ("0.001", "0.003"):
+        assert any(
+            re.fullmatch(rf"trial \S+( \(best\))?: train\.optimizer\.lr={lr}: val_top1 [\d.]+, finished at step 6; "
+                         rf"{re.escape(stack.mlflow_url)}/#/experiments/\d+/runs/\w+\?workflowType=machine_learning", line)
+            for line in ours
+        ), ours  # fmt: skip
+    assert any(line.startswith("best trial evaluated on test: top-1 ") for line in ours)
+    assert any(line.startswith("registered models:/vidtx-ui-test/") for line in ours)
+    assert any(line.startswith("the sweep in MLflow: ") for line in ours)

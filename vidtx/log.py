@@ -51,6 +51,16 @@ class ConsolePolicy(logging.Filter):
         return record.levelno >= logging.ERROR or package in OWN_PACKAGES or package in MAIN_MODULES
 
 
+FILE_ONLY = {"file_only": True}  # a record's `extra` for the log file alone: what the console prints itself
+
+
+class NotForConsole(logging.Filter):
+    """Records logged with `extra=FILE_ONLY` (a summary a command prints on stdout) stay off the console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(record, "file_only", False)
+
+
 class ConsoleHandler(logging.StreamHandler):
     """Writes to `sys.stderr` as it is when a record comes: while a progress bar is live, rich
     redirects it so that log lines print above the bar instead of through it."""
@@ -81,7 +91,7 @@ def setup_logging(verbose: bool | None = None, log_file: Path | None = None) -> 
         console = ConsoleHandler(sys.stderr)
         console.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
         root.addHandler(console)
-    console.filters = [] if verbose else [ConsolePolicy()]
+    console.filters = [NotForConsole()] if verbose else [NotForConsole(), ConsolePolicy()]
     log_file = log_file or (
         Path(os.environ[LOG_FILE_VARIABLE]) if os.environ.get(LOG_FILE_VARIABLE) else None
     )

@@ -38,10 +38,9 @@ def read_env_file(path: Path) -> dict[str, str]:
     return dict(line.removeprefix("export ").split("=", 1) for line in lines if line.strip())
 
 
-def stack_config(stack: Stack, overrides: list[str]) -> PipelineConfig:
-    """configs/experiments/stack.yaml pointed at this stack's GCS, with `overrides` on top."""
-    ports = stack.settings()["ports"]
-    return load_config(STACK_CONFIG, [f"shard.ray_address=127.0.0.1:{ports['ray_gcs']}", *overrides])
+def stack_overrides(stack: Stack, overrides: list[str]) -> list[str]:
+    """What configs/experiments/stack.yaml needs to point at this stack's GCS, then `overrides`."""
+    return [f"shard.ray_address=127.0.0.1:{stack.settings()['ports']['ray_gcs']}", *overrides]
 
 
 def upload_sources(config: PipelineConfig) -> None:
@@ -53,8 +52,9 @@ def upload_sources(config: PipelineConfig) -> None:
     print(f"sources: {local.parent} uploaded to {parent_of(config.shard.source)}")
 
 
-def trigger(config: PipelineConfig) -> str:
-    """Deploy video-pipeline/stack and run it with `config` (less `synth`) through the Prefect API."""
+def trigger(overrides: list[str]) -> str:
+    """Deploy video-pipeline/stack and run it on configs/experiments/stack.yaml with `overrides` (less
+    `synth`: the sources are uploaded already) through the Prefect API."""
     from prefect.deployments import run_deployment
 
     deploy = [str(BIN / "prefect"), "--no-prompt", "deploy", "--prefect-file", "prefect.yaml",
@@ -64,11 +64,8 @@ def trigger(config: PipelineConfig) -> str:
         raise SystemExit(
             f"prefect deploy {DEPLOYMENT} failed:\n{deployed.stdout[-2000:]}{deployed.stderr[-2000:]}"
         )
-    from flows.pipeline import VideoPipelineConfig  # the sections the flow takes
-
-    sources_uploaded = config.model_copy(update={"synth": None})
-    parameters = {"config": VideoPipelineConfig.model_validate(sources_uploaded).model_dump(mode="json")}
-    flow_run = run_deployment(DEPLOYMENT, parameters=parameters, timeout=0)
+    settings = {"config": str(STACK_CONFIG.relative_to(ROOT)), "overrides": [*overrides, "synth=null"]}
+    flow_run = run_deployment(DEPLOYMENT, parameters={"settings": settings}, timeout=0)
     return str(flow_run.id)
 
 
@@ -101,10 +98,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     stack = Stack(Path(os.environ.get("VIDTX_STACK_DIR", ROOT / "runs" / "stack")))
     os.environ.update(read_env_file(stack.folder / "stack.env"))  # before Prefect reads its settings
-    config = stack_config(stack, args.overrides)
+    overrides = stack_overrides(stack, args.overrides)
+    config = load_config(STACK_CONFIG, overrides)
     storage.configure(config.storage.endpoint_url, config.storage.region)
     upload_sources(config)
-    flow_run_id = trigger(config)
+    flow_run_id = trigger(overrides)
     from flows.lineage import flow_run_link  # Prefect, once the stack's settings are in the environment
 
     print(flow_run_id)

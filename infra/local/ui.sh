@@ -38,7 +38,8 @@ start() {
   mkdir -p "$STATE" "$(dirname "$MLFLOW_DB")" "$PREFECT_HOME"
   if [ -e "$STATE/prefect-server.pid" ]; then echo "already started (make ui-stop first)" >&2; exit 1; fi
   start_background prefect-server "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT"
-  start_background mlflow-ui "$BIN/mlflow" ui --host 127.0.0.1 --port "$MLFLOW_PORT" \
+  # --app-name vidtx: MLflow's server opening in its model-training view (vidtx/tracking/ui_server.py)
+  start_background mlflow-ui "$BIN/mlflow" ui --app-name vidtx --host 127.0.0.1 --port "$MLFLOW_PORT" \
     --backend-store-uri "sqlite:///$MLFLOW_DB" --workers 1
   wait_for "http://127.0.0.1:${PREFECT_PORT}/api/health" prefect-server
   wait_for "http://127.0.0.1:${MLFLOW_PORT}/health" mlflow-ui

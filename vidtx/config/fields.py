@@ -87,6 +87,19 @@ def settings(sections: Iterable[str] | None = None) -> list[Setting]:
     return [setting for setting in _walk(PipelineConfig, "") if setting.section in wanted]
 
 
+def schema_field(key: str) -> FieldInfo:
+    """The schema's field of a dotted key (`train.optimizer.lr`); ConfigError names an unknown one."""
+    model: type[BaseModel] | None = PipelineConfig
+    field = None
+    for part in key.split("."):
+        if model is None or part not in model.model_fields:
+            raise ConfigError(f"{key}: no such setting (`vidtx config fields` lists them)")
+        field = model.model_fields[part]
+        model = section_model(field.annotation)
+    assert field is not None
+    return field
+
+
 def section_summary(section: str) -> str:
     """The first line of a section's docstring, without its "`name`: " prefix."""
     return model_summary(

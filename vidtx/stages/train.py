@@ -18,7 +18,6 @@ import os
 from collections.abc import Mapping, Sequence
 
 import ray
-from pydantic import BaseModel
 from ray.train import UserCallback
 
 from vidtx import storage
@@ -55,12 +54,10 @@ def train(
     run_name: str | None = None,
     tags: Mapping[str, str] | None = None,
     progress: ProgressCallback | None = None,
-    recorded: BaseModel | None = None,
     callbacks: Sequence[UserCallback] = (),
 ) -> TrainResult:
-    """Train `config`; the same `run_name` + storage path resumes an earlier run. A new MLflow run
-    records `recorded`, the configuration as given (default: `config`). `callbacks` go to the Ray
-    Train run (a sweep's trial passes Ray Tune's, which hands each report to the Tuner)."""
+    """Train `config`; the same `run_name` + storage path resumes an earlier run. `callbacks` go to
+    the Ray Train run (a sweep's trial passes Ray Tune's, which hands each report to the Tuner)."""
     network = check_model_config(config)  # a bad preset or option fails here, before anything starts
     if unmatched := unmatched_patterns(network, config.train.freeze):
         raise ConfigError(
@@ -70,8 +67,8 @@ def train(
     run_name = run_name or config.train.run_name or default_run_name(config)
     address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
     if is_jobs_api(address):
-        return submit_training_job(config, run_name, address, tags, progress, recorded)
-    return _train_on_ray(config, run_name, address, tags or {}, progress, recorded, callbacks)
+        return submit_training_job(config, run_name, address, tags, progress)
+    return _train_on_ray(config, run_name, address, tags or {}, progress, callbacks)
 
 
 def _train_on_ray(
@@ -80,7 +77,6 @@ def _train_on_ray(
     address: str | None,
     tags: Mapping[str, str],
     progress: ProgressCallback | None,
-    recorded: BaseModel | None,
     callbacks: Sequence[UserCallback] = (),
 ) -> TrainResult:
     train_cfg = config.train
@@ -91,7 +87,7 @@ def _train_on_ray(
     if config.model.init_from:  # where the starting weights came from
         lineage[INIT_FROM_TAG] = config.model.init_from
     end_orphaned_runs(client, config.tracking.experiment)
-    run_id = start_or_resume_run(client, config, run_name, lineage, recorded)
+    run_id = start_or_resume_run(client, config, run_name, lineage)
     splits = [("training", source.shards, source.manifest) for source in data.sources]
     if validation is not None:
         splits.append(("validation", config.data.shards, validation))

@@ -50,8 +50,9 @@ def _without_mlflow_prints() -> Iterator[None]:
 def model_card(
     config: PipelineConfig, result: EvalResult, gflops: float, params: int, train_seconds: float | None
 ) -> str:
-    """The model card without a heading: it is also the version's description, which the registry's
-    versions table shows as raw text (a "# name" first line read as such). `MODEL_CARD.md` adds the heading."""
+    """The model card without a heading: it is also the version's description (without its code marks),
+    which the registry's pages show as raw text (a "# name" first line read as such). `MODEL_CARD.md`
+    adds the heading."""
     hours = f"{train_seconds / 3600:.2f} h" if train_seconds else "unknown"
     data = config.data
     sources = ", ".join(f"`{s.shards}` (weight {s.weight:g})" for s in data.sources) or f"`{data.shards}`"
@@ -126,7 +127,8 @@ def register(
             info = log_classifier(model, config, result.class_names, registry.model_name, card_file)
         with _without_mlflow_prints():
             version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
-    client.update_model_version(registry.model_name, version, description=card)
+    # the registry's pages show a description as it is written: the card without code marks
+    client.update_model_version(registry.model_name, version, description=card.replace("`", ""))
     below_floor = _below_floor(registry, result)
     promote, reason = (
         (False, below_floor) if below_floor else _decide_promotion(client, registry, score, split_tag)

@@ -26,7 +26,6 @@ from mlflow import MlflowClient
 from mlflow.entities import Param, Run
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
-from pydantic import BaseModel
 
 from vidtx.config import ConfigError, PipelineConfig, dump_config
 from vidtx.log import adopt_loggers
@@ -173,13 +172,11 @@ def start_or_resume_run(
     config: PipelineConfig,
     run_name: str,
     tags: Mapping[str, str] | None = None,
-    recorded: BaseModel | None = None,
 ) -> str:
     """The id of the MLflow run named `run_name` in the config's experiment, created if missing.
 
-    A new run records `recorded`, the configuration as it was given (default: `config`, whole), as
-    params (flattened) and as `config.yaml`, which `vidtx` loads back: a pipeline's whole config, not
-    the sections its training reads with defaults filled in for the rest. It gets lineage tags too.
+    A new run records the whole config as params (flattened) and as `config.yaml`, which `vidtx`
+    loads back. It gets lineage tags too.
     An existing run is reopened (status RUNNING) and only gets the new tags: params are immutable.
     """
     lineage = {RUN_NAME_TAG: run_name, DRIVER_TAG: _process_identity(psutil.Process()), **(tags or {})}
@@ -194,20 +191,12 @@ def start_or_resume_run(
         return run_id
     experiment_id = training_experiment(client, config.tracking.experiment)
     run = client.create_run(experiment_id, run_name=run_name, tags=lineage)
-    recorded = recorded or config
-    params = [Param(key, value) for key, value in flatten(recorded.model_dump(mode="json")).items()]
+    params = [Param(key, value) for key, value in flatten(config.model_dump(mode="json")).items()]
     for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
         client.log_batch(run.info.run_id, params=params[start : start + MAX_PARAMS_TAGS_PER_BATCH])
-    client.log_text(run.info.run_id, dump_config(recorded), "config.yaml")
+    client.log_text(run.info.run_id, dump_config(config), "config.yaml")
     logger.info("created MLflow run %s (%s)", run.info.run_id, run_name)
     return run.info.run_id
-
-
-def record_run(config: PipelineConfig, run_name: str, recorded: BaseModel) -> str:
-    """The training run `run_name` of `config`, created ahead of its training so that it records
-    `recorded` (what a pipeline was given: its training flow is given only the sections it reads);
-    the training finds it by name. Returns its id."""
-    return start_or_resume_run(connect(resolve_tracking_uri(config)), config, run_name, recorded=recorded)
 
 
 def last_logged_step(client: MlflowClient, run_id: str, metric: str) -> int:

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel
 from ray.job_submission import JobDetails, JobStatus, JobSubmissionClient
 
 from vidtx.config import PipelineConfig, deep_merge, dump_config
@@ -51,12 +50,11 @@ def submit_training_job(
     address: str,
     tags: Mapping[str, str] | None,
     progress: ProgressCallback | None,
-    recorded: BaseModel | None = None,
 ) -> TrainResult:
     # Creating (or finding) the MLflow run here checks the tracking store before the cluster does any
-    # work, and records the configuration as given here; the job finds the same run by name.
+    # work; the job finds the same run by name.
     mlflow = connect(resolve_tracking_uri(config))
-    run_id = start_or_resume_run(mlflow, config, run_name, tags, recorded)
+    run_id = start_or_resume_run(mlflow, config, run_name, tags)
     client = JobSubmissionClient(address)
     in_cluster = config.for_run(run_name)
     in_cluster.train.cluster.address = None  # inside the job, Ray's own RAY_ADDRESS points at the cluster
