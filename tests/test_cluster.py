@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from demo_config import config_file
 from mlflow import MlflowClient
 from ray.job_submission import JobStatus, JobSubmissionClient
 from training_runs import history
@@ -97,11 +98,13 @@ def test_train_model_flow_trains_on_two_nodes(
     prefect_api: None,
 ) -> None:
     """The train-model flow (real Prefect API) submits `vidtx train` to the cluster (RAY_ADDRESS)."""
+    from flows.forms import TrainForm
     from flows.train import train_model
 
     config = cluster_config(tiny_config, tmp_path, max_steps=60, checkpoint_every=30, run_name="two-nodes")
     config.train.optimizer.lr = 0.003
-    state = train_model(config, return_state=True)
+    settings = TrainForm(config=config_file(config, tmp_path))
+    state = train_model(settings, return_state=True)
     assert state.is_completed()
     result = state.result()
     flow_run_id = str(state.state_details.flow_run_id)
@@ -147,7 +150,7 @@ def test_train_model_flow_trains_on_two_nodes(
 
     # Run again (Prefect's Retry of a pipeline lost after its training): the finished job's result,
     # no second Ray Job resuming at the last step to train nothing; the MLflow run FINISHED again
-    again = train_model(config)
+    again = train_model(settings)
     assert again == result
     jobs = JobSubmissionClient(on_cluster.dashboard).list_jobs()
     assert [job.status for job in jobs if (job.metadata or {}).get(RUN_NAME_METADATA) == "two-nodes"] == [

@@ -29,7 +29,7 @@ from vidtx.tracking.sweeps import BEST_TRIAL_TAG, SWEEP_TAG, TRIAL_TAG
 from vidtx.train.payload import RESULT_FILE
 
 # the sweep-model flow, as a deployment's worker runs it: in a process of its own
-SWEEP_MODEL_FLOW = "import sys; from flows.sweep import sweep_model; from vidtx.config import load_config; sweep_model(load_config(sys.argv[1]))"
+SWEEP_MODEL_FLOW = "import sys; from flows.forms import SweepForm; from flows.sweep import sweep_model; sweep_model(SweepForm(config=sys.argv[1]))"
 RAY_SESSIONS = Path("/tmp/ray")  # where a local Ray keeps each session's logs
 RAY_AGENTS = {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}
 GOOD, BAD = (0.002, 0.003), (2.0, 4.0)  # AdamW learning rates: the bad ones blow the tiny model up
