@@ -13,7 +13,7 @@ from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig, PredictConfig
 from vidtx.config.fields import schema_field
 from vidtx.config.forms import Form, RunForm, run_form
-from vidtx.model_factory import check_model_config
+from vidtx.model_factory import check_model_config, check_pretrain_config
 
 DEMO_CONFIG = "configs/experiments/demo.yaml"
 
@@ -56,6 +56,15 @@ PipelineForm = run_form(
     lr="train.optimizer.lr",
     num_workers="train.num_workers",
 )
+PretrainForm = run_form(
+    "PretrainForm",
+    "Self-supervised pretraining of the config's network as a masked autoencoder (VideoMAE), labels ignored.",
+    max_steps="train.max_steps",
+    mask_ratio="pretrain.mask_ratio",
+    lr="train.optimizer.lr",
+    num_workers="train.num_workers",
+    run_name="train.run_name",
+)
 SweepForm = run_form(
     "SweepForm",
     "A hyperparameter sweep: trials of the config's training, weak ones stopped early, the best registered.",
@@ -92,13 +101,15 @@ class PredictForm(Form):
         return PredictConfig(output=self.output, top_k=self.top_k)
 
 
-def config_of(form: RunForm, *, model: bool = True) -> PipelineConfig | State:
-    """The config `form` describes, its model checked against the zoo (unless the flow builds none)
-    and its storage settings made this process's; a config that cannot be used is a Failed state
-    whose message is `vidtx`'s one line."""
+def config_of(form: RunForm, *, model: bool = True, pretraining: bool = False) -> PipelineConfig | State:
+    """The config `form` describes, its model checked against the zoo (unless the flow builds none;
+    as a masked autoencoder's encoder when `pretraining`) and its storage settings made this
+    process's; a config that cannot be used is a Failed state whose message is `vidtx`'s one line."""
     try:
         config = form.pipeline()
-        if model:
+        if pretraining:
+            check_pretrain_config(config)
+        elif model:
             check_model_config(config)
     except (ConfigError, OSError) as err:
         line = f"error: {err}"

@@ -7,6 +7,9 @@ over. Progress goes to a progress artifact and the flow's log while Ray trains.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.client.schemas.objects import State
@@ -19,6 +22,7 @@ from vidtx.config import PipelineConfig
 from vidtx.stages.train import train
 from vidtx.tracking.lineage import FLOW_RUN_TAG, run_lineage
 from vidtx.train.payload import TrainResult
+from vidtx.train.progress import ProgressCallback
 
 
 def named_run(config: PipelineConfig) -> PipelineConfig:
@@ -27,12 +31,12 @@ def named_run(config: PipelineConfig) -> PipelineConfig:
     return config.for_run(config.train.run_name or f"{config.name}-{flow_run.id}")
 
 
-@task(retries=0)  # a retry would repeat expensive work; the flow run's own retry resumes instead
-@cancellable
-def run_training(config: PipelineConfig) -> TrainResult:
+@contextlib.contextmanager
+def follow_training(config: PipelineConfig) -> Iterator[ProgressCallback]:
+    """A progress artifact and a line in the task run's log per progress report of the training run
+    the block starts; the artifact at 100% when the block ends without error."""
     logger = get_run_logger()
-    run_name = config.train.run_name
-    progress_id = create_progress_artifact(0.0, description=f"training {run_name}")
+    progress_id = create_progress_artifact(0.0, description=f"training {config.train.run_name}")
 
     def on_progress(step: int, max_steps: int, metrics: dict[str, float], validation: str | None) -> None:
         update_progress_artifact(progress_id, 100.0 * step / max_steps)
@@ -44,10 +48,27 @@ def run_training(config: PipelineConfig) -> TrainResult:
         line = f"step {step}/{max_steps} " + " ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()))
         logger.info(line + (f"; {validation}" if validation else ""))
 
-    tags = {FLOW_RUN_TAG: str(flow_run.id), "prefect.flow_run_name": str(flow_run.name)}
-    result = train(config, tags=tags, progress=on_progress)
+    yield on_progress
     update_progress_artifact(progress_id, 100.0)
-    return result
+
+
+def flow_run_tags() -> dict[str, str]:
+    """The MLflow tags that tie a training run to this flow run."""
+    return {FLOW_RUN_TAG: str(flow_run.id), "prefect.flow_run_name": str(flow_run.name)}
+
+
+def log_outcome(config: PipelineConfig, result: TrainResult, *more: str) -> None:
+    """The flow run's log ends with what the training produced: its run, checkpoints, metrics, link."""
+    lineage = run_lineage(config, result.mlflow_run_id)
+    for line in [*result.summary().splitlines(), f"MLflow run:  {lineage.mlflow_run_url}", *more]:
+        get_run_logger().info("%s", line)
+
+
+@task(retries=0)  # a retry would repeat expensive work; the flow run's own retry resumes instead
+@cancellable
+def run_training(config: PipelineConfig) -> TrainResult:
+    with follow_training(config) as progress:
+        return train(config, tags=flow_run_tags(), progress=progress)
 
 
 @flow(name="train-model", retries=1, retry_delay_seconds=30, log_prints=True)
@@ -68,7 +89,5 @@ def train_model(settings: TrainForm) -> TrainResult | State:
         key="lineage",
         description=f"Lineage of training run {result.run_name}",
     )
-    lineage = run_lineage(run_config, result.mlflow_run_id)
-    for line in [*result.summary().splitlines(), f"MLflow run:  {lineage.mlflow_run_url}"]:
-        get_run_logger().info("%s", line)  # the run's log ends with what it produced
+    log_outcome(run_config, result)
     return result

@@ -258,7 +258,7 @@ def test_the_check_fails_on_a_forbidden_edge(importer: str, imported: str, messa
 def test_no_library_module_is_over_300_lines_and_the_cli_is_thin() -> None:
     lengths = {module: len(path.read_text().splitlines()) for module, path in source_modules().items()}
     assert {module: n for module, n in lengths.items() if n > 300} == {}
-    assert lengths["vidtx.cli"] < 260  # a command is its signature and a call into the library
+    assert lengths["vidtx.cli"] < 280  # a command (14 now) is its signature and a call into the library
 
 
 HEAVY = {"ray", "webdataset", "deepspeed", "PIL", "vidtx.data.augment", "vidtx.data.transforms"}

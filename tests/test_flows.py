@@ -287,10 +287,14 @@ def test_local_deployments_run_the_demo_config() -> None:
     local = [
         d for d in spec["deployments"] if d["work_pool"]["name"] == "vidtx-process" and d["name"] != "stack"
     ]
-    assert len(local) == 7
+    demo_pretrain = load_config(ROOT / "configs/experiments/demo_pretrain.yaml")
+    assert len(local) == 8
     for deployment in local:
-        sweeps = deployment["entrypoint"].endswith(":sweep_model")
-        assert_deployment_runs(deployment, demo_sweep if sweeps else demo)
+        entrypoint = deployment["entrypoint"]
+        expected = demo_sweep if entrypoint.endswith(":sweep_model") else demo
+        assert_deployment_runs(
+            deployment, demo_pretrain if entrypoint.endswith(":pretrain_model") else expected
+        )
 
 
 def test_the_stack_deployment_runs_the_stack_config_on_sources_already_uploaded() -> None:

@@ -26,6 +26,7 @@ FLOWS = {
     "register-model": "flows/evaluate.py:register_model",
     "video-pipeline": "flows/pipeline.py:video_pipeline",
     "sweep-model": "flows/sweep.py:sweep_model",
+    "pretrain-model": "flows/pretrain.py:pretrain_model",
     "batch-predict": "flows/predict.py:batch_predict",
 }
 MOST_FIELDS = 25  # a form that fits on two screens at 1400x900 (tests/test_ui.py measures the height)

@@ -165,9 +165,13 @@ def test_cluster_demo_is_the_demo_config_on_the_shared_volume() -> None:
     ]
     expected = load_config(ROOT / "configs/experiments/demo.yaml", overrides)
     searched = load_config(ROOT / "configs/experiments/demo_sweep.yaml", overrides)  # the local sweep's
+    pretrained = load_config(ROOT / "configs/experiments/demo_pretrain.yaml", overrides)
     for deployment in kubernetes_deployments():
         assert_deployment_runs(
-            deployment, searched if deployment["entrypoint"].endswith(":sweep_model") else expected
+            deployment,
+            {"sweep_model": searched, "pretrain_model": pretrained}.get(
+                deployment["entrypoint"].split(":")[1], expected
+            ),
         )
     for path in (
         expected.workdir,

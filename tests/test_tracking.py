@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from vidtx.config import PipelineConfig, load_config
 from vidtx.manifest import load_manifest
@@ -156,6 +157,11 @@ def test_a_run_whose_process_is_gone_is_ended_killed_at_the_next_start(tracking_
     client.set_tag(elsewhere, DRIVER_TAG, "another-host 1 1.00")
     pid_reused = start_or_resume_run(client, config, "pid-reused-run")  # this pid, another start time
     client.set_tag(pid_reused, DRIVER_TAG, f"{socket.gethostname()} {os.getpid()} 1.00")
+    # a sweep's trials whose processes are gone: the one whose sweep lives is its sweep's to end
+    dead = f"{socket.gethostname()} {os.getpid()} 1.00"
+    for trial, parent in (("trial-of-a-live-sweep", live), ("trial-of-a-dead-sweep", pid_reused)):
+        trial_id = start_or_resume_run(client, config, trial, {MLFLOW_PARENT_RUN_ID: parent})
+        client.set_tag(trial_id, DRIVER_TAG, dead)
 
     ended = end_orphaned_runs(client, "exp-orphans")
 
@@ -163,7 +169,9 @@ def test_a_run_whose_process_is_gone_is_ended_killed_at_the_next_start(tracking_
         run.info.run_name: run
         for run in client.search_runs([client.get_experiment_by_name("exp-orphans").experiment_id])
     }
-    assert sorted(ended) == sorted(runs[name].info.run_id for name in ("killed-run", "pid-reused-run"))
+    gone = ("killed-run", "pid-reused-run", "trial-of-a-dead-sweep")
+    assert sorted(ended) == sorted(runs[name].info.run_id for name in gone)
+    assert runs["trial-of-a-live-sweep"].info.status == "RUNNING"
     assert runs["killed-run"].info.status == "KILLED"
     assert "is gone" in runs["killed-run"].data.tags[END_REASON_TAG]
     assert runs["pid-reused-run"].info.status == "KILLED"

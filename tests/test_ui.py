@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("VIDTX_CHROMIUM") or shutil.which("chromium")
 DEPLOYED_FLOWS = [
     *("shard-dataset", "train-model", "evaluate-model", "register-model", "video-pipeline", "sweep-model"),
+    "pretrain-model",
 ]
 # (deployment, its form's summary, the fields it opens with); every form ends with Overrides
 FORMS = [
@@ -34,6 +35,7 @@ FORMS = [
     ("evaluate-model/local", "Multi-view evaluation", ["Config File", "Run Name", "Checkpoint", "Split"]),
     ("register-model/local", "A trained model evaluated", ["Config File", "Run Name", "Checkpoint"]),
     ("sweep-model/local", "A hyperparameter sweep", ["Config File", "Num Trials", "Max Concurrent", "Space"]),
+    ("pretrain-model/local", "Self-supervised pretraining", ["Config File", "Max Steps", "Mask Ratio", "LR"]),
     ("video-pipeline/demo", "The whole pipeline", ["Config File", "Name", "Max Steps", "LR"]),
     ("batch-predict/local", "Videos scored", ["Videos", "Model", "Output", "Top K"]),
 ]

@@ -41,6 +41,7 @@ OverridesOpt = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Dotted override, e.g. --set train.optimizer.lr=0.05 (repeatable)."),
 ]
+TagsOpt = Annotated[list[str] | None, typer.Option("--tag", help="MLflow run tag KEY=VALUE.")]
 CheckpointOpt = Annotated[
     str | None,
     typer.Option(help="Checkpoint dir/URI, model .pt or models:/name@alias (default: the run's best)."),
@@ -140,11 +141,7 @@ def inspect(
 
 
 @app.command(cls=reads("train"))
-def train(
-    config: ConfigArg,
-    overrides: OverridesOpt = None,
-    tags: Annotated[list[str] | None, typer.Option("--tag", help="MLflow run tag KEY=VALUE.")] = None,
-) -> None:
+def train(config: ConfigArg, overrides: OverridesOpt = None, tags: TagsOpt = None) -> None:
     """Train with Ray Train + DeepSpeed (local Ray, or a cluster via RAY_ADDRESS / train.cluster.address).
 
     The same train.run_name and storage path resume a stopped run from its latest checkpoint."""
@@ -152,6 +149,16 @@ def train(
     from vidtx.tracking.runs import parse_tags
 
     typer.echo(run_training(load(config, overrides), tags=parse_tags(tags or [])).summary())
+
+
+@app.command(cls=reads("pretrain"))
+def pretrain(config: ConfigArg, overrides: OverridesOpt = None, tags: TagsOpt = None) -> None:
+    """Pretrain the model as a masked autoencoder (VideoMAE), labels ignored; fine-tune from it with
+    --set model.init_from=CHECKPOINT. The same train.run_name resumes a stopped run."""
+    from vidtx.stages.pretrain import pretrain as run_pretraining
+    from vidtx.tracking.runs import parse_tags
+
+    typer.echo(run_pretraining(load(config, overrides), tags=parse_tags(tags or [])).summary())
 
 
 @app.command(cls=reads("sweep"))

@@ -20,6 +20,7 @@ from vidtx.models import (
     model_info,
     no_weight_init,
 )
+from vidtx.models.mae import MaskedAutoencoder
 from vidtx.models.weights import load_official_checkpoint, official_num_classes, read_official_checkpoint
 
 
@@ -52,6 +53,34 @@ def model_for(config: PipelineConfig, num_classes: int | None = None) -> VideoTr
     return build_model(
         config.model, num_classes=num_classes, num_frames=data.num_frames, img_size=data.crop_size
     )
+
+
+def masked_autoencoder(config: PipelineConfig, encoder: VideoTransformer) -> MaskedAutoencoder:
+    """`encoder` inside the masked autoencoder that `config.pretrain` describes."""
+    pretrain = config.pretrain
+    return MaskedAutoencoder(
+        encoder,
+        mask_ratio=pretrain.mask_ratio,
+        masking=pretrain.masking,
+        decoder_depth=pretrain.decoder_depth,
+        decoder_dim=pretrain.decoder_width,
+        decoder_heads=pretrain.decoder_heads,
+        norm_pix_loss=pretrain.norm_pix_loss,
+    )
+
+
+def check_pretrain_config(config: PipelineConfig) -> MaskedAutoencoder:
+    """`check_model_config`, then ConfigError naming the fields when `config.pretrain` cannot wrap the
+    network (a masking it does not take, a mask that leaves no token visible). On the meta device."""
+    network = check_model_config(config)
+    try:
+        with torch.device("meta"), no_weight_init():
+            return masked_autoencoder(config, network)
+    except (ValueError, NotImplementedError) as err:
+        pretrain = config.pretrain
+        fields = [f"model.name={config.model.name}", f"pretrain.masking={pretrain.masking}"]
+        fields += [f"pretrain.mask_ratio={pretrain.mask_ratio}", f"data.num_frames={config.data.num_frames}"]
+        raise ConfigError(f"{', '.join(fields)}: {err}") from None
 
 
 def check_model_config(config: PipelineConfig) -> VideoTransformer:

@@ -47,7 +47,8 @@ start() {
     || "$BIN/prefect" work-pool create vidtx-process --type process >/dev/null
   "$BIN/prefect" --no-prompt deploy --prefect-file prefect.yaml \
     --name shard-dataset/local --name train-model/local --name evaluate-model/local \
-    --name register-model/local --name sweep-model/local --name batch-predict/local \
+    --name register-model/local --name sweep-model/local --name pretrain-model/local \
+    --name batch-predict/local \
     --name video-pipeline/demo >"$STATE/deploy.log" 2>&1 \
     || { echo "error: prefect deploy failed (see $STATE/deploy.log)" >&2; exit 1; }
   # runs left in flight by a previous worker (killed, or the machine went down) have no process

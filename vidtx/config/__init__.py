@@ -21,6 +21,7 @@ from vidtx.config.loading import (
     parse_override,
     validate_config,
 )
+from vidtx.config.pretrain import PretrainConfig
 from vidtx.config.schema import (
     Ensemble,
     EvalConfig,
@@ -60,6 +61,7 @@ __all__ = [
     "PipelineConfig",
     "Precision",
     "PredictConfig",
+    "PretrainConfig",
     "RandAugmentConfig",
     "ReencodeConfig",
     "RegistryConfig",

@@ -51,8 +51,9 @@ COMMAND_SECTIONS: dict[str, tuple[str, ...]] = {
     "evaluate": (*_RUN, "data", "model", "train", "eval"),
     "register": (*_RUN, "data", "model", "train", "eval", "registry"),
     "predict": ("predict", "eval", "storage"),
-    "pipeline": tuple(section for section in SECTIONS if section not in ("predict", "sweep")),
-    "sweep": (*_RUN, "data", "model", "train", "eval", "registry", "sweep"),
+    "pipeline": tuple(section for section in SECTIONS if section not in ("predict", "sweep", "pretrain")),
+    "pretrain": (*_RUN, "data", "model", "train", "pretrain"),
+    "sweep": (*_RUN, "data", "model", "train", "eval", "registry", "pretrain", "sweep"),
     "plan": ("data", "model", "train"),
 }
 

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from vidtx.config.base import StrictModel
 from vidtx.config.data import DataConfig, ShardConfig, SynthConfig
+from vidtx.config.pretrain import PretrainConfig
 from vidtx.config.sweep import SweepConfig, with_values
 from vidtx.config.training import ModelConfig, TrainConfig
 from vidtx.locations import StorageLocation
@@ -148,6 +149,7 @@ class PipelineConfig(StrictModel):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     predict: PredictConfig = Field(default_factory=PredictConfig)
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)  # last: its check reads every other section
 
     @field_validator("sweep")

@@ -20,6 +20,7 @@ from vidtx.nn import AttentionImpl, DropPath, Mlp, MultiHeadAttention
 
 class JointSpaceTime(VideoTransformer):
     """Full attention over all 1 + T'·N tokens (ViViT model 1, TimeSformer "joint"): cost O((T'N)²).
+    VideoMAE's own encoder: it encodes any visible subset of the tokens (tube or random masking).
 
     A learned temporal embedding (1, T', 1, D), zero at init, is added to every patch token of its
     time step; the head is a `ClassifierHead` on the final class token.
@@ -28,6 +29,8 @@ class JointSpaceTime(VideoTransformer):
         **kwargs: Passed to `VideoTransformer` / `ViTEncoder` (num_classes, num_frames, head_dropout,
             img_size, patch_size, embed_dim, depth, tubelet_size, ...).
     """
+
+    MASKINGS = ("tube", "random")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -40,6 +43,15 @@ class JointSpaceTime(VideoTransformer):
         patches = self.patch_tokens(clips) + self.temporal_embed  # (B, T', N, D)
         cls = self.class_token().expand(patches.shape[0], -1, -1)  # (B, 1, D)
         return self.encode(torch.cat([cls, patches.flatten(1, 2)], dim=1))[:, 0]  # (B, D)
+
+    def encode_visible(self, clips: Tensor, visible: Tensor) -> Tensor:
+        """The final features of the visible patches only, (B, K, D) for `visible` (B, K) indices into
+        the T'·N tokens (frame-major): the class token and those K run through the blocks; the hidden
+        patches never do."""
+        patches = (self.patch_tokens(clips) + self.temporal_embed).flatten(1, 2)  # (B, T'·N, D)
+        kept = patches.gather(1, visible[..., None].expand(-1, -1, patches.shape[-1]))  # (B, K, D)
+        cls = self.class_token().expand(kept.shape[0], -1, -1)  # (B, 1, D)
+        return self.encode(torch.cat([cls, kept], dim=1))[:, 1:]  # (B, K, D)
 
 
 class DividedSpaceTimeBlock(nn.Module):
@@ -114,7 +126,9 @@ class DividedSpaceTimeBlock(nn.Module):
 
 
 class TimeSformer(JointSpaceTime):
-    """TimeSformer with divided space-time attention: cost O(T'N² + T'²N) per layer.
+    """TimeSformer with divided space-time attention: cost O(T'N² + T'²N) per layer. Its blocks
+    attend over time at every position, so it encodes tube-masked clips only (the same positions
+    visible at every step).
 
     Every block is a `DividedSpaceTimeBlock`; embeddings and head are those of `JointSpaceTime`.
 
@@ -123,6 +137,8 @@ class TimeSformer(JointSpaceTime):
         tubelet_size: Frames per token; the blocks attend over T' = T / tubelet_size steps.
         **kwargs: Passed to `VideoTransformer` / `ViTEncoder` (num_classes, img_size, embed_dim, ...).
     """
+
+    MASKINGS = ("tube",)
 
     def __init__(self, *, num_frames: int = 8, tubelet_size: int = 1, **kwargs: Any) -> None:
         super().__init__(

@@ -23,6 +23,7 @@ class VideoTransformer(ViTEncoder):
     """
 
     head: nn.Module  # set by subclasses: features -> logits
+    MASKINGS: tuple[str, ...] = ()  # the masks `encode_visible` takes (a masked autoencoder's encoder)
 
     def __init__(
         self, *, num_classes: int = 400, num_frames: int = 8, head_dropout: float = 0.0, **encoder_kwargs: Any
@@ -41,6 +42,11 @@ class VideoTransformer(ViTEncoder):
 
     def forward_features(self, clips: Tensor) -> Tensor:
         raise NotImplementedError
+
+    def encode_visible(self, clips: Tensor, visible: Tensor) -> Tensor:
+        """Features (B, K, D) of the visible patches `visible` (B, K) of the T'·N tokens, the others
+        never encoded: what a masked autoencoder's encoder runs (models with `MASKINGS`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot encode visible tokens only")
 
     def forward(self, clips: Tensor) -> Tensor:
         expected = (self.num_frames, self.img_size, self.img_size)

@@ -144,11 +144,31 @@ class XViT(VideoTransformer):
         )
         self.init_weights()
 
-    def forward_features(self, clips: Tensor) -> Tensor:
-        """Per-frame class-token features (B, T', D), after `frame_dropout`."""
+    MASKINGS = ("tube",)  # every frame must keep the same positions: its keys mix with its neighbours'
+
+    def _sequences(self, clips: Tensor) -> Tensor:
+        """Each time step's class token and patches with their positions: (B, T', 1 + N, D)."""
         x = self.frame_sequences(clips)  # (B, T', 1 + N, D)
         if self.temporal_embed is not None:
             # (B, T'/slots, slots, 1 + N, D) + (1, slots, 1, D): official_compat reuses 8 slots
             slots = self.temporal_embed.shape[1]
             x = (x.unflatten(1, (-1, slots)) + self.temporal_embed).flatten(1, 2)
-        return self.frame_drop(self.encode_frames(x))
+        return x
+
+    def forward_features(self, clips: Tensor) -> Tensor:
+        """Per-frame class-token features (B, T', D), after `frame_dropout`."""
+        return self.frame_drop(self.encode_frames(self._sequences(clips)))
+
+    def encode_visible(self, clips: Tensor, visible: Tensor) -> Tensor:
+        """The final features of the visible patches only, (B, K, D) for `visible` (B, K) indices into
+        the T'·N tokens: a tube mask (the same S positions at every step, K = T'·S). Each step's
+        class token and S patches run through the blocks; the hidden patches never do."""
+        batch, steps, dim = clips.shape[0], self.token_frames, self.embed_dim
+        positions = visible.unflatten(1, (steps, -1)) % self.patch_embed.num_patches  # (B, T', S)
+        if not bool((positions == positions[:, :1]).all()):
+            raise ValueError("X-ViT encodes tube-masked clips only: every step must keep the same positions")
+        x = self._sequences(clips)  # (B, T', 1 + N, D)
+        spatial = positions[:, :1, :, None].expand(-1, steps, -1, dim)  # (B, T', S, D)
+        x = torch.cat([x[:, :, :1], x[:, :, 1:].gather(2, spatial)], dim=2)  # (B, T', 1 + S, D)
+        patches = self.encode(x.flatten(0, 1))[:, 1:]  # (B·T', S, D)
+        return patches.unflatten(0, (batch, steps)).flatten(1, 2)  # (B, T'·S, D)

@@ -23,11 +23,11 @@ from ray.train import UserCallback
 from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig
 from vidtx.locations import location
-from vidtx.model_factory import check_model_config
+from vidtx.model_factory import check_model_config, check_pretrain_config
 from vidtx.processes import stopped_from_outside
 from vidtx.ray_session import is_jobs_api
 from vidtx.tracking.datasets import log_dataset_inputs
-from vidtx.tracking.lineage import INIT_FROM_TAG, MANIFEST_HASH_TAG
+from vidtx.tracking.lineage import INIT_FROM_TAG, MANIFEST_HASH_TAG, OBJECTIVE_TAG
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
     CHECKPOINT_TAG,
@@ -39,7 +39,7 @@ from vidtx.tracking.runs import (
 from vidtx.train.engine import unmatched_patterns
 from vidtx.train.jobs import submit_training_job
 from vidtx.train.launcher import launch
-from vidtx.train.payload import TrainResult, WorkerPayload, checkpoint_uri, storage_location
+from vidtx.train.payload import Objective, TrainResult, WorkerPayload, checkpoint_uri, storage_location
 from vidtx.train.progress import ProgressCallback, follow_progress
 from vidtx.train.splits import training_splits
 
@@ -55,10 +55,14 @@ def train(
     tags: Mapping[str, str] | None = None,
     progress: ProgressCallback | None = None,
     callbacks: Sequence[UserCallback] = (),
+    objective: Objective = "classification",
 ) -> TrainResult:
-    """Train `config`; the same `run_name` + storage path resumes an earlier run. `callbacks` go to
-    the Ray Train run (a sweep's trial passes Ray Tune's, which hands each report to the Tuner)."""
+    """Train `config` for `objective` (`vidtx.train.objectives`); the same `run_name` + storage path
+    resumes an earlier run. `callbacks` go to the Ray Train run (a sweep's trial passes Ray Tune's,
+    which hands each report to the Tuner)."""
     network = check_model_config(config)  # a bad preset or option fails here, before anything starts
+    if objective == "masked_autoencoding":
+        check_pretrain_config(config)
     if unmatched := unmatched_patterns(network, config.train.freeze):
         raise ConfigError(
             f"train.freeze: {', '.join(map(repr, unmatched))} freezes no parameter of {config.model.name} "
@@ -67,8 +71,8 @@ def train(
     run_name = run_name or config.train.run_name or default_run_name(config)
     address = os.environ.get("RAY_ADDRESS") or config.train.cluster.address
     if is_jobs_api(address):
-        return submit_training_job(config, run_name, address, tags, progress)
-    return _train_on_ray(config, run_name, address, tags or {}, progress, callbacks)
+        return submit_training_job(config, run_name, address, tags, progress, objective)
+    return _train_on_ray(config, run_name, address, tags or {}, progress, callbacks, objective)
 
 
 def _train_on_ray(
@@ -77,13 +81,19 @@ def _train_on_ray(
     address: str | None,
     tags: Mapping[str, str],
     progress: ProgressCallback | None,
-    callbacks: Sequence[UserCallback] = (),
+    callbacks: Sequence[UserCallback],
+    objective: Objective,
 ) -> TrainResult:
     train_cfg = config.train
     data, validation = training_splits(config.data)  # before the tracking store is created
     tracking_uri = resolve_tracking_uri(config)
     client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
-    lineage = {MANIFEST_HASH_TAG: data.content_hash, "ray.run_name": run_name, **tags}
+    lineage = {
+        MANIFEST_HASH_TAG: data.content_hash,
+        "ray.run_name": run_name,
+        OBJECTIVE_TAG: objective,
+        **tags,
+    }
     if config.model.init_from:  # where the starting weights came from
         lineage[INIT_FROM_TAG] = config.model.init_from
     end_orphaned_runs(client, config.tracking.experiment)
@@ -101,6 +111,7 @@ def _train_on_ray(
         tracking_uri=tracking_uri,
         mlflow_run_id=run_id,
         validation=validation is not None,
+        objective=objective,
     )
     following = functools.partial(follow_progress, client, run_id, train_cfg.max_steps, progress)
     try:  # SIGTERM unwinds too: the local Ray is shut down and the run ended KILLED

@@ -18,6 +18,7 @@ from vidtx.tracking.runs import connect, resolve_tracking_uri
 MANIFEST_HASH_TAG = "vidtx.manifest_hash"  # the training data's content hash (`TrainingData.content_hash`)
 FLOW_RUN_TAG = "prefect.flow_run_id"  # the Prefect flow run that trained the run (set by flows/train.py)
 INIT_FROM_TAG = "vidtx.init_from"  # the weights the training started from (`model.init_from`)
+OBJECTIVE_TAG = "vidtx.objective"  # what the run learned: classification, masked_autoencoding
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import mlflow
+import numpy as np
 
 from vidtx.tracking.runs import connect, last_logged_step, mlflow_uris
 
@@ -57,6 +58,11 @@ class RankZeroMetrics:
         """The files of `folder` as artifacts under `artifact_path` (rank 0)."""
         if self.enabled:
             mlflow.log_artifacts(str(folder), artifact_path)
+
+    def log_image(self, image: np.ndarray, artifact_file: str) -> None:
+        """An image artifact of the run, uint8 (H, W, 3) (rank 0)."""
+        if self.enabled:
+            mlflow.log_image(image, artifact_file)
 
     def close(self) -> None:
         """Stop the system metrics and detach from the run, which stays RUNNING for the driver to end."""

@@ -24,7 +24,7 @@ import mlflow
 import psutil
 from mlflow import MlflowClient
 from mlflow.entities import Param, Run
-from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
 from vidtx.config import ConfigError, PipelineConfig, dump_config
@@ -222,16 +222,26 @@ def _is_alive(driver: str) -> bool:
         return False
 
 
+def _parent_alive(client: MlflowClient, run: Run) -> bool:
+    """Whether `run` is nested under a run whose driver still lives."""
+    parent_id = run.data.tags.get(MLFLOW_PARENT_RUN_ID)
+    return parent_id is not None and _is_alive(client.get_run(parent_id).data.tags.get(DRIVER_TAG, ""))
+
+
 def end_orphaned_runs(client: MlflowClient, experiment_name: str) -> list[str]:
     """End as KILLED the experiment's RUNNING runs whose driver was a process of this host that no
-    longer exists; their ids. Runs driven from other hosts are left alone: nothing here can tell."""
+    longer exists; their ids. Runs driven from other hosts are left alone: nothing here can tell.
+
+    A run nested under a parent (a sweep's trial) belongs to its parent's driver while that lives: a
+    trial its scheduler stopped has lost its process, and the sweep's driver ends its run, saying
+    why. (A trial starting beside it used to end it first, as "its process is gone".)"""
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         return []
     ended = []
     for run in client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'"):
         driver = run.data.tags.get(DRIVER_TAG, "")
-        if driver.split(" ")[0] != socket.gethostname() or _is_alive(driver):
+        if driver.split(" ")[0] != socket.gethostname() or _is_alive(driver) or _parent_alive(client, run):
             continue
         client.set_tag(run.info.run_id, END_REASON_TAG, f"its process ({driver}) is gone")
         client.set_terminated(run.info.run_id, status="KILLED")

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from vidtx.config import ConfigError, PipelineConfig
-from vidtx.model_factory import model_for
+from vidtx.model_factory import masked_autoencoder, model_for
 from vidtx.models import load_checkpoint
 from vidtx.tracking.model_registry import load_registered_model
 from vidtx.tracking.runs import resolve_tracking_uri
@@ -34,6 +34,9 @@ from vidtx.train.optim import parameter_groups
 TAG = "state"  # DeepSpeed tag inside every checkpoint directory ("latest" would clash with its index file)
 MODEL_STATES = "mp_rank_00_model_states.pt"
 CLASS_NAMES = "class_names.json"  # beside the shards: the logit order the weights were trained for
+# beside the shards, in a pretraining's checkpoints: the config it pretrained (the architecture and
+# the decoder to read its state back with; the encoder's frames and crop size)
+PRETRAINED = "pretrained.json"
 GROUP_NAMES = "param_group_names"  # client state: each optimizer group's parameter names
 
 
@@ -57,15 +60,18 @@ def save_and_report(
     class_names: list[str],
     group_names: list[list[str]],
     ema: WeightAverage | None = None,
+    pretrained: PipelineConfig | None = None,
 ) -> None:
     """Collective: every rank writes its shard, then every rank reports (Ray merges the directories).
     The client state holds the loop's state and `group_names`, each optimizer group's parameter names
     (what ZeRO-0's fp32 master copies are matched by in `consolidated_state_dict`); rank 0 adds the
-    weight average, if the run keeps one."""
+    weight average, if the run keeps one; a pretraining's checkpoint records its config (`pretrained`)."""
     client_state = {"train_state": dataclasses.asdict(state), GROUP_NAMES: group_names}
     with tempfile.TemporaryDirectory(prefix="vidtx-ckpt-") as directory:
         engine.save_checkpoint(directory, tag=TAG, client_state=client_state)
         Path(directory, CLASS_NAMES).write_text(json.dumps(class_names))
+        if pretrained is not None:
+            Path(directory, PRETRAINED).write_text(pretrained.model_dump_json())
         if ema is not None and engine.global_rank == 0:
             ema.save(directory)
         ray.train.report(
@@ -150,6 +156,11 @@ def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
     if checkpoint.endswith(".pt"):
         return TrainedModel(load_checkpoint(checkpoint), None)
     with ray.train.Checkpoint(checkpoint).as_directory() as directory:
+        if (pretraining := Path(directory, PRETRAINED)).is_file():
+            return TrainedModel(
+                pretrained_encoder(directory, PipelineConfig.model_validate_json(pretraining.read_text())),
+                None,
+            )
         recorded = Path(directory, CLASS_NAMES)
         class_names = json.loads(recorded.read_text()) if recorded.is_file() else None
         model = model_for(config, num_classes=len(class_names) if class_names else None)
@@ -157,6 +168,14 @@ def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
             consolidated_state_dict(directory, model) | _chosen_average(config, directory, checkpoint)
         )
     return TrainedModel(model, class_names)
+
+
+def pretrained_encoder(directory: str, pretrained: PipelineConfig) -> nn.Module:
+    """The encoder of a pretraining's checkpoint, its decoder dropped: the network `pretrained`
+    configured (its model, frames and crop size), with its raw weights."""
+    model = masked_autoencoder(pretrained, model_for(pretrained, num_classes=1))
+    model.load_state_dict(consolidated_state_dict(directory, model))
+    return model.encoder
 
 
 def _chosen_average(config: PipelineConfig, directory: str, checkpoint: str) -> dict[str, torch.Tensor]:

@@ -25,7 +25,7 @@ from vidtx.config import PipelineConfig, deep_merge, dump_config
 from vidtx.processes import sigterm_raises, stopped_from_outside
 from vidtx.ray_session import worker_env
 from vidtx.tracking.runs import connect, resolve_tracking_uri, start_or_resume_run
-from vidtx.train.payload import TrainResult, storage_location
+from vidtx.train.payload import Objective, TrainResult, storage_location
 from vidtx.train.progress import ProgressCallback, follow_progress
 
 logger = logging.getLogger(__name__)
@@ -38,10 +38,12 @@ class TrainingJobError(RuntimeError):
     """The Ray Job ended in a state other than SUCCEEDED."""
 
 
-def job_entrypoint(tags: Mapping[str, str]) -> str:
-    return shlex.join(
-        ["vidtx", "train", "config.yaml", *(f"--tag={key}={value}" for key, value in tags.items())]
-    )
+COMMANDS = {"classification": "train", "masked_autoencoding": "pretrain"}  # the job's `vidtx` command
+
+
+def job_entrypoint(tags: Mapping[str, str], objective: Objective = "classification") -> str:
+    command = ["vidtx", COMMANDS[objective], "config.yaml"]
+    return shlex.join([*command, *(f"--tag={key}={value}" for key, value in tags.items())])
 
 
 def submit_training_job(
@@ -50,6 +52,7 @@ def submit_training_job(
     address: str,
     tags: Mapping[str, str] | None,
     progress: ProgressCallback | None,
+    objective: Objective = "classification",
 ) -> TrainResult:
     # Creating (or finding) the MLflow run here checks the tracking store before the cluster does any
     # work; the job finds the same run by name.
@@ -65,7 +68,7 @@ def submit_training_job(
     if job_id is None and (finished := _finished_result(jobs, in_cluster)):
         mlflow.set_terminated(run_id, "FINISHED")
         return finished
-    job_id = job_id or _submit_run(client, config, in_cluster, tags)
+    job_id = job_id or _submit_run(client, config, in_cluster, tags, objective)
     try:
         with sigterm_raises(), follow_progress(mlflow, run_id, config.train.max_steps, progress):
             logs = _wait(client, job_id, echo=config.train.cluster.follow_logs)
@@ -136,6 +139,7 @@ def _submit_run(
     config: PipelineConfig,
     in_cluster: PipelineConfig,
     tags: Mapping[str, str] | None,
+    objective: Objective,
 ) -> str:
     run_name = in_cluster.train.run_name
     with tempfile.TemporaryDirectory(prefix="vidtx-job-") as workdir:
@@ -145,7 +149,7 @@ def _submit_run(
         )
         job_id = _submit(  # uploads working_dir now
             client,
-            entrypoint=job_entrypoint(tags or {}),
+            entrypoint=job_entrypoint(tags or {}, objective),
             runtime_env=runtime_env,
             submission_id=f"{run_name}-{uuid.uuid4().hex[:8]}",
             metadata={RUN_NAME_METADATA: run_name},

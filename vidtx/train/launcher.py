@@ -23,6 +23,7 @@ from vidtx.data.shares import UnreadableShardsError
 from vidtx.processes import sigterm_raises
 from vidtx.ray_session import ray_session, worker_env
 from vidtx.train.loop import train_loop_per_worker
+from vidtx.train.objectives import OBJECTIVES
 from vidtx.train.payload import WorkerPayload
 from vidtx.train.rendezvous import NodeAddressTorchConfig
 
@@ -76,6 +77,7 @@ def _build_trainer(
     payload: WorkerPayload, run_name: str, storage_path: str, callbacks: Sequence[UserCallback]
 ) -> TorchTrainer:
     train_cfg = payload.config.train
+    score, order = OBJECTIVES[payload.objective].score  # which checkpoints Ray keeps as the best
     resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
     return TorchTrainer(
         train_loop_per_worker,
@@ -94,8 +96,8 @@ def _build_trainer(
             callbacks=list(callbacks),
             checkpoint_config=CheckpointConfig(
                 num_to_keep=train_cfg.keep_checkpoints,
-                checkpoint_score_attribute="val_top1" if payload.validation else None,  # None: latest
-                checkpoint_score_order="max",
+                checkpoint_score_attribute=score if payload.validation else None,  # None: latest
+                checkpoint_score_order=order,
             ),
         ),
     )

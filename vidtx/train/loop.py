@@ -19,20 +19,19 @@ import torch.distributed as dist
 
 from vidtx.clips.normalize import normalize_clips
 from vidtx.data.train_loader import TrainBatch, build_train_loader
-from vidtx.model_factory import model_for
 from vidtx.models import count_flops
+from vidtx.models.mae import MaskedAutoencoder
 from vidtx.tracking.rank_zero import RankZeroMetrics
 from vidtx.train.checkpoint import TrainState, restore, save_and_report, trained_model
 from vidtx.train.compilation import warn_about_graph_breaks
 from vidtx.train.ema import WeightAverage
 from vidtx.train.engine import build_engine
-from vidtx.train.loss import BatchMix, classification_loss, mix_batch
+from vidtx.train.objectives import OBJECTIVES, MaskedAutoencoding
 from vidtx.train.payload import WorkerPayload
 from vidtx.train.profiling import StepProfiler
 from vidtx.train.sample_log import SampleLog
 from vidtx.train.starting_weights import StartReport, start_from
 from vidtx.train.throughput import ThroughputMeter, format_duration
-from vidtx.train.validation import validate
 
 logger = logging.getLogger("vidtx.train")
 
@@ -58,14 +57,16 @@ class WorkerTrainer:
         torch.manual_seed(train.seed)  # identical initial weights on every rank
         self.loader = build_train_loader(data, batch_size=train.micro_batch_size, seed=train.seed)
         self.class_names = self.loader.data.class_names  # the sources' labels merged by name
-        model = model_for(self.cfg, num_classes=len(self.class_names))
-        started = self._start_from(model) if self.cfg.model.init_from else None
-        self.num_classes = model.num_classes
+        self.objective = OBJECTIVES[payload.objective](self.cfg, len(self.class_names))
+        model = self.objective.model()
+        network = model.encoder if isinstance(model, MaskedAutoencoder) else model  # what init_from fills
+        started = self._start_from(network) if self.cfg.model.init_from else None
         # For MFU only, where a peak is given: counted before DeepSpeed wraps the model (ZeRO-3
-        # partitions the parameters). Forward + backward = 3 forwards; a MAC is 2 FLOPs.
+        # partitions the parameters). Forward + backward = 3 forwards; a MAC is 2 FLOPs. (Not for a
+        # masked autoencoder: its encoder's cost depends on the mask.)
         peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
         flops = None
-        if peak is not None:
+        if peak is not None and model is network:
             flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
         built = build_engine(model, train)
         self.engine, self.group_names = built.engine, built.group_names
@@ -80,7 +81,6 @@ class WorkerTrainer:
             logger.info("rank %d resumed at step %d, epoch %d", self.rank, self.state.step, self.loader.epoch)
         torch.manual_seed(train.seed + 1000 * self.rank + self.state.step)  # dropout / drop path
         self.rng = np.random.default_rng([train.seed, self.rank, self.state.step])  # batch mixing
-        self.mix = BatchMix.from_config(train)
         self.metrics = RankZeroMetrics(self.rank, payload.tracking_uri, payload.mlflow_run_id)
         self.sample_log = SampleLog(train.sample_log, self.rank)
         if not restored:  # what the run trains, logged once
@@ -152,16 +152,9 @@ class WorkerTrainer:
         return normalize_clips(clips, data.mean, data.std, self.dtype)
 
     def _micro_step(self, clips: torch.Tensor, labels: torch.Tensor) -> float:
-        clips = self._to_model(clips)
+        self.clips = self._to_model(clips)  # kept for the step's reconstruction image
         labels = labels.to(self.engine.device, non_blocking=True)
-        targets: torch.Tensor = labels  # (B,), or soft (B, num_classes) when mixed
-        train = self.cfg.train
-        if self.mix.enabled:
-            clips, targets = mix_batch(
-                clips, labels, self.num_classes, self.mix, train.label_smoothing, self.rng
-            )
-        logits = self.engine(clips)  # (B, num_classes)
-        loss = classification_loss(logits, targets, train.label_smoothing)
+        loss = self.objective.loss(self.engine, self.clips, labels, self.rng)
         self.engine.backward(loss)
         self.engine.step()  # applies the update at the gradient-accumulation boundary only
         return loss.item()
@@ -205,11 +198,21 @@ class WorkerTrainer:
                 report: dict[str, float] = {"step": step}
                 if self.validation and (is_checkpoint or step % train.val_every == 0):
                     report |= self._validate_and_log(step)
+                if self._pictures_at(step):
+                    picture = self.objective.picture(self.engine, self.clips)  # collective
+                    self.metrics.log_image(picture, f"reconstructions/step-{step:08d}.png")
                 if is_checkpoint:
                     self.state.best_top1 = max(self.state.best_top1, report.get("val_top1", -1.0))
                     self.state.epoch, self.state.data = self.loader.epoch, self._data_places()
+                    pretrained = self.cfg if isinstance(self.objective, MaskedAutoencoding) else None
                     save_and_report(
-                        self.engine, self.state, report, self.class_names, self.group_names, self.ema
+                        self.engine,
+                        self.state,
+                        report,
+                        self.class_names,
+                        self.group_names,
+                        self.ema,
+                        pretrained,
                     )
         finally:
             self.metrics.close()
@@ -218,23 +221,24 @@ class WorkerTrainer:
     def _validate_and_log(self, step: int) -> dict[str, float]:
         """Validate the weights and their average (if kept), log both, and return what a checkpoint
         report carries: Ray keeps the best by the top-1 of the weights `eval.weights` evaluates."""
-        train = self.cfg.train
-        data, batch, most = self.cfg.data, train.micro_batch_size, train.val_max_batches
-        passes = {"val": validate(self.engine, data, batch, most, self._to_model, self.class_names)}
+        objective = self.objective
+        passes = {"val": objective.validate(self.engine, self._to_model, self.class_names)}
         if self.ema is not None:
             with self.ema.swapped_in():
-                passes["val_ema"] = validate(self.engine, data, batch, most, self._to_model, self.class_names)
+                passes["val_ema"] = objective.validate(self.engine, self._to_model, self.class_names)
         for prefix, results in passes.items():
             self.metrics.log({f"{prefix}/{name}": value for name, value in results.items()}, step)
-        logger.info(
-            "step %d validation top-1 %.3f top-5 %.3f%s",
-            step,
-            passes["val"]["top1"],
-            passes["val"]["top5"],
-            f" (average: top-1 {passes['val_ema']['top1']:.3f})" if "val_ema" in passes else "",
-        )
+        average = f" (average: {objective.summary(passes['val_ema'])})" if "val_ema" in passes else ""
+        logger.info("step %d validation %s%s", step, objective.summary(passes["val"]), average)
         chosen = passes["val_ema" if "val_ema" in passes and self.cfg.eval.weights != "raw" else "val"]
-        return {"val_top1": chosen["top1"], "val_loss": chosen["loss"]}
+        return objective.report(chosen)
+
+    def _pictures_at(self, step: int) -> bool:
+        """Whether the reconstruction image is logged at `step` (pretraining only)."""
+        if not isinstance(self.objective, MaskedAutoencoding):
+            return False
+        every = self.cfg.pretrain.image_every
+        return step == self.cfg.train.max_steps or (every > 0 and step % every == 0)
 
     def _log_progress(self, losses: list[float]) -> None:
         train = self.cfg.train

@@ -8,7 +8,7 @@ the submitter reads it when the job has ended.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -17,16 +17,19 @@ from vidtx.config import PipelineConfig
 from vidtx.locations import location
 
 RESULT_FILE = "vidtx-result.json"
+Objective = Literal["classification", "masked_autoencoding"]  # what a run learns: vidtx.train.objectives
 
 
 class WorkerPayload(BaseModel):
     """What every Ray Train worker receives: the resolved config (absolute paths), the MLflow run
-    that rank 0 logs into, and whether to validate (False: the shards have no `data.val_split`)."""
+    that rank 0 logs into, whether to validate (False: the shards have no `data.val_split`) and what
+    the run learns (`vidtx.train.objectives`)."""
 
     config: PipelineConfig
     tracking_uri: str
     mlflow_run_id: str
     validation: bool = True
+    objective: Objective = "classification"
 
 
 class TrainResult(BaseModel):

@@ -1,0 +1,173 @@
+"""What a training run learns: the one loop (`vidtx.train.loop`) with one of two objectives.
+
+- `Classification` (`vidtx train`): the zoo's network, batch mixing (mixup, CutMix) and cross-entropy
+  on the labels; validation reports top-1, top-5 and loss, and the best checkpoint is the best top-1.
+- `MaskedAutoencoding` (`vidtx pretrain`): the network as the encoder of a masked autoencoder
+  (`vidtx.models.mae`); labels are ignored; the loss is the reconstruction error of the hidden tokens;
+  validation reports that error on the validation split under masks drawn from a fixed seed (so two
+  checkpoints are compared on the same masks), and the best checkpoint is the lowest. Every
+  `pretrain.image_every` steps (and at the last) rank 0 logs an image of one clip's frames: original,
+  masked, reconstructed.
+
+Checkpointing, resume, EMA, DeepSpeed, compilation, activation checkpointing and MLflow are the loop's
+and serve both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from vidtx.config import PipelineConfig
+from vidtx.data.eval_loader import build_eval_loader
+from vidtx.model_factory import masked_autoencoder, model_for
+from vidtx.models.mae import MaskedAutoencoder
+from vidtx.models.masking import sample_mask
+from vidtx.train.loss import BatchMix, classification_loss, mix_batch
+from vidtx.train.validation import validate
+
+ObjectiveName = Literal["classification", "masked_autoencoding"]
+ToModel = Callable[[torch.Tensor], torch.Tensor]  # the loader's uint8 clips -> the model's input
+VALIDATION_MASK_SEED = 0
+
+
+class Classification:
+    """Supervised classification of the clips' labels (see the module docstring)."""
+
+    score = ("val_top1", "max")  # the report's metric that picks the best checkpoint, and its order
+
+    def __init__(self, config: PipelineConfig, num_classes: int) -> None:
+        self.config, self.num_classes = config, num_classes
+        self.mix = BatchMix.from_config(config.train)
+
+    def model(self) -> nn.Module:
+        return model_for(self.config, num_classes=self.num_classes)
+
+    def loss(
+        self, engine: Any, clips: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> torch.Tensor:
+        train = self.config.train
+        targets: torch.Tensor = labels  # (B,), or soft (B, num_classes) when mixed
+        if self.mix.enabled:
+            clips, targets = mix_batch(clips, labels, self.num_classes, self.mix, train.label_smoothing, rng)
+        return classification_loss(engine(clips), targets, train.label_smoothing)
+
+    def validate(self, engine: Any, to_model: ToModel, class_names: Sequence[str]) -> dict[str, float]:
+        train, data = self.config.train, self.config.data
+        return validate(engine, data, train.micro_batch_size, train.val_max_batches, to_model, class_names)
+
+    @staticmethod
+    def summary(results: dict[str, float]) -> str:
+        return f"top-1 {results['top1']:.3f} top-5 {results['top5']:.3f}"
+
+    @staticmethod
+    def report(results: dict[str, float]) -> dict[str, float]:
+        return {"val_top1": results["top1"], "val_loss": results["loss"]}
+
+
+class MaskedAutoencoding:
+    """Masked-autoencoder pretraining (see the module docstring)."""
+
+    score = ("val_loss", "min")
+
+    def __init__(self, config: PipelineConfig, num_classes: int) -> None:
+        self.config = config
+
+    def model(self) -> nn.Module:
+        return masked_autoencoder(self.config, model_for(self.config, num_classes=1))
+
+    def loss(
+        self, engine: Any, clips: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> torch.Tensor:
+        return engine(clips).loss
+
+    @torch.no_grad()
+    def validate(self, engine: Any, to_model: ToModel, class_names: Sequence[str]) -> dict[str, float]:
+        """The reconstruction loss over the validation split (the ranks' shares summed), each batch's
+        masks drawn from a generator seeded the same at every validation."""
+        train, data = self.config.train, self.config.data
+        loader = iter(build_eval_loader(data, data.val_split, batch_size=train.micro_batch_size))
+        model: MaskedAutoencoder = engine.module
+        generator = torch.Generator().manual_seed(VALIDATION_MASK_SEED + dist.get_rank())
+        totals = torch.zeros(2, dtype=torch.float64)  # loss sum, clips
+        engine.eval()
+        for _ in range(train.val_max_batches or 10**12):
+            batch = next(loader, None)
+            active = torch.tensor([batch is not None], dtype=torch.int64)
+            dist.all_reduce(active)  # every rank runs a forward while any has a batch (ZeRO-3's gathers)
+            if not active.item():
+                break
+            views = (
+                batch[0]
+                if batch is not None
+                else torch.zeros(
+                    (1, 1, data.num_frames, data.crop_size, data.crop_size, 3), dtype=torch.uint8
+                )
+            )
+            clips = to_model(views[:, 0])  # (B, C, T, H, W)
+            mask = sample_mask(
+                len(clips), model.steps, model.patches, model.mask_ratio, model.masking, generator
+            )
+            loss = engine(clips, mask.to(clips.device)).loss.float().item()
+            if batch is not None:
+                totals += torch.tensor([loss * len(clips), len(clips)], dtype=torch.float64)
+        engine.train()
+        dist.all_reduce(totals)
+        loss_sum, clips_seen = totals.tolist()
+        return {"loss": loss_sum / max(clips_seen, 1.0), "clips": clips_seen}
+
+    @torch.no_grad()
+    def picture(self, engine: Any, clips: torch.Tensor) -> np.ndarray:
+        """Collective (every rank runs the forward): the first clip's frames as three rows, original,
+        masked (hidden patches black) and reconstructed (hidden patches predicted, per-patch normalised
+        predictions put back at the original patch's mean and spread): uint8 (3·H, T'·W, 3), one
+        frame per time step."""
+        model: MaskedAutoencoder = engine.module
+        clip = clips[:1]  # (1, C, T, H, W), normalised
+        generator = torch.Generator().manual_seed(VALIDATION_MASK_SEED)
+        mask = sample_mask(1, model.steps, model.patches, model.mask_ratio, model.masking, generator)
+        mask = mask.to(clip.device)
+        engine.eval()
+        predicted = engine(clip, mask).pixels  # (1, T'·N, P)
+        engine.train()
+        original = model.patchify(clip.float())  # (1, T'·N, P)
+        if model.norm_pix_loss:
+            per_channel = original.unflatten(-1, (-1, 3))
+            mean = per_channel.mean(dim=-2, keepdim=True)
+            std = per_channel.var(dim=-2, unbiased=True, keepdim=True).sqrt()
+            predicted = (predicted.unflatten(-1, (-1, 3)) * (std + 1e-6) + mean).flatten(-2)
+        hidden = mask[..., None]
+        rows = [
+            original,
+            original.masked_fill(hidden, float("-inf")),
+            torch.where(hidden, predicted, original),
+        ]
+        data = self.config.data
+        mean = torch.tensor(data.mean, device=clip.device)[:, None, None, None]
+        std = torch.tensor(data.std, device=clip.device)[:, None, None, None]
+        frames = []
+        for row in rows:
+            video = (model.unpatchify(row)[0] * std + mean).clamp(0, 1)  # (C, T, H, W) in [0, 1]
+            video = video[:, :: model.tubelet]  # a frame per time step
+            frames.append(torch.cat(list(video.permute(1, 2, 3, 0)), dim=1))  # (H, T'·W, C)
+        return (torch.cat(frames, dim=0) * 255).round().to(torch.uint8).cpu().numpy()
+
+    @staticmethod
+    def summary(results: dict[str, float]) -> str:
+        return f"reconstruction loss {results['loss']:.4f}"
+
+    @staticmethod
+    def report(results: dict[str, float]) -> dict[str, float]:
+        return {"val_loss": results["loss"]}
+
+
+Objective = Classification | MaskedAutoencoding
+OBJECTIVES: dict[str, type[Objective]] = {
+    "classification": Classification,
+    "masked_autoencoding": MaskedAutoencoding,
+}
