@@ -79,6 +79,17 @@ def synthetic_shards(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     return root / "videos", root / "shards"
 
 
+@pytest.fixture(scope="session")
+def unlabeled_shards(synthetic_shards: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's synthetic videos sharded without labels (`shard.format: unlabeled`): train, val."""
+    from vidtx.stages.shard import shard_dataset
+
+    videos, _ = synthetic_shards
+    output = tmp_path_factory.mktemp("unlabeled")
+    shard_dataset(ShardConfig(source=videos, format="unlabeled", output=output, processes=1))
+    return output
+
+
 def frames_shard_config(synthetic_shards: tuple[Path, Path], output: str | Path) -> ShardConfig:
     """The session's synthetic videos as frames-store shards (5 samples per shard) at `output`."""
     videos, _ = synthetic_shards

@@ -22,10 +22,12 @@ from vidtx.train.starting_weights import start_from
 pytestmark = pytest.mark.slow
 
 
-def test_pretraining_logs_its_reconstructions_and_a_fine_tune_starts_from_its_encoder(
-    tiny_dataset: PipelineConfig, tmp_path: Path
+def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tune_starts_from_its_encoder(
+    tiny_dataset: PipelineConfig, unlabeled_shards: Path, tmp_path: Path
 ) -> None:
+    """Pretrained on the videos without their labels, fine-tuned on the labelled shards of the same."""
     config = run_config(tiny_dataset, tmp_path, max_steps=6, checkpoint_every=3, val_every=3, log_every=1)
+    config.data.shards = unlabeled_shards
     config.model.name = "joint_tiny"
     config.pretrain = config.pretrain.model_copy(
         update={
@@ -53,6 +55,7 @@ def test_pretraining_logs_its_reconstructions_and_a_fine_tune_starts_from_its_en
     encoder = trained_model(config, result.best_checkpoint).module
     assert not [name for name in encoder.state_dict() if "decoder" in name or "mask_token" in name]
     fine_tune = config.model_copy(deep=True)
+    fine_tune.data.shards = tiny_dataset.data.shards  # labelled
     fine_tune.model.init_from = result.best_checkpoint
     model = model_for(fine_tune)
     report = start_from(model, trained_model(fine_tune, result.best_checkpoint), ["a", "b", "c", "d"], "here")

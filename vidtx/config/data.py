@@ -10,7 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from vidtx.config.base import StrictModel
 from vidtx.locations import StorageLocation
 
-DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv"]
+DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv", "unlabeled"]
 SamplingMode = Literal["segment", "dense"]
 Store = Literal["video", "frames"]
 ShardExecutor = Literal["processes", "ray"]
@@ -63,7 +63,11 @@ class ShardConfig(StrictModel):
         Path("data/synthetic/annotations.csv"),
         description="Dataset root or annotation file: a path, or a bucket prefix or object (s3://, gs://).",
     )
-    format: DatasetFormat = Field("csv", description="Layout of the source dataset.")
+    format: DatasetFormat = Field(
+        "csv",
+        description="Layout of the source dataset: folder (class folders), kinetics, ssv2, csv (path, "
+        "label), or unlabeled (every video of a folder, or a CSV with a path column: for pretraining).",
+    )
     video_root: StorageLocation | None = Field(
         None, description="Where annotation formats find the videos (None: the annotation file's folder)."
     )

@@ -30,7 +30,7 @@ import webdataset as wds
 from vidtx.cache import shard_cache
 from vidtx.clips.views import test_views
 from vidtx.config import DataConfig
-from vidtx.data.mixing import relabelled
+from vidtx.data.mixing import relabel, relabelled
 from vidtx.data.samples import SAMPLE_ERRORS, open_sample, sample_name
 from vidtx.data.shares import EvalSamples
 from vidtx.data.web_loader import log_and_continue, web_loader
@@ -51,7 +51,7 @@ def _eval_views(
         try:
             video, meta = open_sample(sample, cfg.crop_size, cfg.decode_threads)
             views = test_views(video, cfg, num_clips, num_crops)
-            label = labels[int(meta["label"])]
+            label = relabel(labels, int(meta["label"]))
         except (*SAMPLE_ERRORS, IndexError) as err:
             log.warning("skipping evaluation sample %s: %s", sample_name(sample), err)
             continue

@@ -100,6 +100,15 @@ def training_data(data: DataConfig, manifests: Sequence[Manifest] | None = None)
     return TrainingData.of([s.shards for s in sources], [s.weight for s in sources], manifests)
 
 
+UNLABELED = -1  # a sample's label in an unlabeled split (shard.format: unlabeled)
+
+
+def relabel(labels: Sequence[int], label: int) -> int:
+    """A sample's label id in a label set through `relabelled`'s mapping; an unlabeled sample's stays
+    unlabeled (only pretraining reads those: it ignores labels)."""
+    return UNLABELED if label == UNLABELED else labels[label]
+
+
 def relabelled(manifest: Manifest, class_names: Sequence[str]) -> list[int]:
     """The index in `class_names` (a model's label set) of each of `manifest`'s label ids; a ValueError
     naming the classes of the split that the label set lacks."""

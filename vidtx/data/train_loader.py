@@ -39,7 +39,7 @@ from vidtx.clips.sampling import FrameSampler
 from vidtx.clips.views import frames_at
 from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import fetch_settings
-from vidtx.data.mixing import TrainingData, TrainingSource, training_data
+from vidtx.data.mixing import TrainingData, TrainingSource, relabel, training_data
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.read_ahead import Opened, Pending, open_pending, read_ahead
 from vidtx.data.samples import SAMPLE_ERRORS, sample_name
@@ -105,7 +105,7 @@ def _train_clips(
         error = opened if isinstance(opened, Exception) else None
         if isinstance(opened, Opened):
             try:
-                label = data.sources[item.sample["__source__"]].labels[int(opened.meta["label"])]
+                label = relabel(data.sources[item.sample["__source__"]].labels, int(opened.meta["label"]))
                 key = str(opened.meta["key"])
                 clips = [transform(frames, item.rng) for frames in frames_at(opened.video, opened.indices)]
             except (*SAMPLE_ERRORS, IndexError) as err:

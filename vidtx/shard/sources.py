@@ -59,6 +59,7 @@ from vidtx.shard.records import (
     split_name,
     unique_keys,
 )
+from vidtx.shard.unlabeled import read_unlabeled
 from vidtx.storage import join, name_of, parent_of
 
 __all__ = ["UNLABELLED", "NothingToShardError", "Source", "VideoRecord", "read_folder", "read_source"]
@@ -251,7 +252,9 @@ def read_source(
     is_folder = not storage.is_file(path)
     _check_layout(path, format, is_folder)
     root = location(video_root) if video_root is not None else (path if is_folder else parent_of(path))
-    if format == "folder":
+    if format == "unlabeled":
+        source = read_unlabeled(path, root, is_folder)
+    elif format == "folder":
         source = read_folder(path, classes)
     elif format == "csv":
         source = read_csv(path, root, classes)

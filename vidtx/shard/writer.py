@@ -45,6 +45,7 @@ from vidtx.manifest import (
 )
 from vidtx.shard.plan import ShardItem, ShardSpec
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
+from vidtx.shard.records import UNLABELLED
 from vidtx.shard.tars import member_index, write_sample
 from vidtx.storage import join
 
@@ -116,7 +117,7 @@ def _sample(
         raise RejectedVideoError(f"too short: {info.num_frames} frames < min_frames {cfg.min_frames}")
     meta = {
         "label": item.label,
-        "label_name": spec.class_names[item.label],
+        "label_name": spec.class_names[item.label] if item.label != UNLABELLED else None,
         "key": item.source_key,
         "source": item.source,
         "frames": info.num_frames,
@@ -171,7 +172,7 @@ def split_line(manifest: Manifest) -> str:
 def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -> ShardResult:
     """Write the shard's tar at `tar` (complete or absent) and return what it holds."""
     counts: Counter[str] = Counter()
-    rejects = []
+    rejects, written = [], 0
     with (
         replaced(tar) as temporary,  # removed when writing fails: the tar is complete or absent
         VideoPreparer(cfg.probe_timeout_s) as preparer,
@@ -189,11 +190,13 @@ def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -
                 )
                 log.warning("%s: rejected %s: %s", spec.name, item.source, err)
                 continue
-            counts[spec.class_names[item.label]] += 1
+            written += 1
+            if item.label != UNLABELLED:  # an unlabeled dataset's videos count in no class
+                counts[spec.class_names[item.label]] += 1
     return ShardResult(
         name=spec.name,
         split=spec.split,
-        samples=sum(counts.values()),
+        samples=written,
         bytes=tar.stat().st_size,
         sha256=storage.sha256(tar),
         counts_per_class=dict(sorted(counts.items())),

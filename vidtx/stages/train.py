@@ -42,6 +42,7 @@ from vidtx.train.launcher import launch
 from vidtx.train.payload import Objective, TrainResult, WorkerPayload, checkpoint_uri, storage_location
 from vidtx.train.progress import ProgressCallback, follow_progress
 from vidtx.train.splits import training_splits
+from vidtx.train.starting_weights import check_starting_weights
 
 
 def default_run_name(config: PipelineConfig) -> str:
@@ -63,6 +64,7 @@ def train(
     network = check_model_config(config)  # a bad preset or option fails here, before anything starts
     if objective == "masked_autoencoding":
         check_pretrain_config(config)
+    check_starting_weights(config, network)  # model.init_from, model.checkpoint: before Ray starts
     if unmatched := unmatched_patterns(network, config.train.freeze):
         raise ConfigError(
             f"train.freeze: {', '.join(map(repr, unmatched))} freezes no parameter of {config.model.name} "
@@ -85,7 +87,8 @@ def _train_on_ray(
     objective: Objective,
 ) -> TrainResult:
     train_cfg = config.train
-    data, validation = training_splits(config.data)  # before the tracking store is created
+    labeled = objective == "classification"  # pretraining reads unlabeled shards too
+    data, validation = training_splits(config.data, labeled)  # before the tracking store is created
     tracking_uri = resolve_tracking_uri(config)
     client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
     lineage = {

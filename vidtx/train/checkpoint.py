@@ -156,9 +156,13 @@ def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
     if checkpoint.endswith(".pt"):
         return TrainedModel(load_checkpoint(checkpoint), None)
     with ray.train.Checkpoint(checkpoint).as_directory() as directory:
+        if not Path(directory, TAG).is_dir():
+            raise ValueError(f"{checkpoint}: no DeepSpeed {TAG}/ in it: not a checkpoint of a vidtx run")
         if (pretraining := Path(directory, PRETRAINED)).is_file():
             return TrainedModel(
-                pretrained_encoder(directory, PipelineConfig.model_validate_json(pretraining.read_text())),
+                pretrained_encoder(
+                    directory, PipelineConfig.model_validate(json.loads(pretraining.read_text()))
+                ),
                 None,
             )
         recorded = Path(directory, CLASS_NAMES)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from vidtx import storage
-from vidtx.config import DataConfig, PipelineConfig
+from vidtx.config import ConfigError, DataConfig, PipelineConfig
 from vidtx.data.mixing import TrainingData, relabelled, training_data
 from vidtx.locations import Location
 from vidtx.manifest import MANIFEST_SUFFIX, Manifest, find_splits, load_manifest, manifest_path
@@ -36,15 +36,19 @@ def require_split(shards: Location, split: str, field: str, folder_field: str = 
     return load_manifest(shards, split)
 
 
-def training_splits(data: DataConfig) -> tuple[TrainingData, Manifest | None]:
-    """The training data, each source's training split required, and the validation split, whose
-    classes the training data must have; a missing validation split is logged once: the run trains
-    without validation and keeps its latest checkpoints."""
+def training_splits(data: DataConfig, labeled: bool = True) -> tuple[TrainingData, Manifest | None]:
+    """The training data, each source's training split required (with labels, unless not `labeled`:
+    pretraining), and the validation split, whose classes the training data must have; a missing
+    validation split is logged once: the run trains without validation and keeps its latest
+    checkpoints."""
     folders = [f"data.sources[{i}].shards" for i in range(len(data.sources))] or ["data.shards"]
     manifests = [
         require_split(source.shards, data.train_split, "data.train_split", folder)
         for source, folder in zip(data.training_sources(), folders, strict=True)
     ]
+    if labeled:
+        for manifest, folder in zip(manifests, folders, strict=True):
+            require_labels(manifest, folder)
     training = training_data(data, manifests)
     if not storage.is_file(manifest_path(data.shards, data.val_split)):
         logger.warning(
@@ -61,4 +65,14 @@ def training_splits(data: DataConfig) -> tuple[TrainingData, Manifest | None]:
 
 def evaluation_split(config: PipelineConfig) -> Manifest:
     """The manifest of `eval.split`, required before a model is loaded or trained for evaluation."""
-    return require_split(config.data.shards, config.eval.split, "eval.split")
+    return require_labels(require_split(config.data.shards, config.eval.split, "eval.split"), "data.shards")
+
+
+def require_labels(manifest: Manifest, folder_field: str) -> Manifest:
+    """`manifest`, or ConfigError when its split has no labels (`shard.format: unlabeled`)."""
+    if not manifest.class_names:
+        raise ConfigError(
+            f"{folder_field}: split {manifest.split!r} has no labels (sharded with shard.format: "
+            "unlabeled): training and evaluation need labelled shards; pretrain on it with `vidtx pretrain`"
+        )
+    return manifest

@@ -2,22 +2,38 @@
 
 The source is whatever `vidtx.train.checkpoint.trained_model` reads: a Ray checkpoint of a vidtx run,
 a vidtx `.pt` file, or a registered model (`models:/<name>@<alias>`), with the class names it was
-trained on. Classes are compared by name: the same classes, in any order, keep the source's
-classifier (its rows put in this run's order); other classes get this model's new classifier, as
-initialised, and every other tensor is loaded. A source that does not record its class names (a
-`.pt` file) is compared by count. The report says which tensors came from the source and which kept
-their initialisation, and is logged with the run.
+trained on (a pretraining's checkpoint: its encoder, no classes). Classes are compared by name: the
+same classes, in any order, keep the source's classifier (its rows put in this run's order); other
+classes get this model's new classifier, as initialised, and every other tensor is loaded. A source
+that does not record its class names (a `.pt` file, a pretrained encoder) is compared by count.
+
+Frames and crop size may differ from the source's: its position tables are resized to this model's
+(the spatial grid of `pos_embed` bicubically, the time steps of `temporal_embed` linearly). Any other
+tensor outside the head that this model lacks or shapes otherwise (another architecture or size) is
+refused: `check_starting_weights` says so in one line on the driver, before any Ray worker starts.
+The report says which tensors came from the source, which were resized and which kept their
+initialisation, and is logged with the run.
 """
 
 from __future__ import annotations
 
+import math
+import pickle
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
+from mlflow.exceptions import MlflowException
 from torch import nn
 
+from vidtx import storage
+from vidtx.config import ConfigError, PipelineConfig
+from vidtx.files import one_line
+from vidtx.locations import location
 from vidtx.models import VideoTransformer
-from vidtx.train.checkpoint import TrainedModel
+from vidtx.nn import resize_pos_embed
+from vidtx.tracking.runs import resolve_tracking_uri, sqlite_file
+from vidtx.train.checkpoint import TrainedModel, trained_model
 
 
 @dataclass
@@ -29,6 +45,7 @@ class StartReport:
     initialised: list[str]  # the tensors of this model that kept their initialisation
     classes: str  # how the class sets compared
     ignored: list[str] = field(default_factory=list)  # tensors of the source this model has no place for
+    resized: list[str] = field(default_factory=list)  # position tables fitted to this model's sizes
 
     def text(self) -> str:
         lines = [f"initialised from {self.source}: {self.classes}", f"loaded ({len(self.loaded)}):"]
@@ -37,6 +54,8 @@ class StartReport:
             f"kept as initialised ({len(self.initialised)}):",
             *(f"  {name}" for name in self.initialised),
         ]
+        if self.resized:
+            lines += [f"resized ({len(self.resized)}):", *(f"  {name}" for name in self.resized)]
         if self.ignored:
             lines += [f"not used ({len(self.ignored)}):", *(f"  {name}" for name in self.ignored)]
         return "\n".join(lines) + "\n"
@@ -71,16 +90,90 @@ def start_from(
         order = None
         new = sorted(set(class_names) - set(source.class_names))
         classes = f"other classes (new: {', '.join(new) or 'none'}): a new classifier"
-    loaded, initialised = [], []
+    if problems := incompatible(target, weights):
+        raise ValueError(f"model.init_from {where}: {problems[0]}")
+    loaded, initialised, resized = [], [], []
     with torch.no_grad():
         for name, tensor in target.items():
             incoming = weights.get(name)
             if name in classifier and incoming is not None and order is not None:
                 incoming = incoming[order]  # (classes, ...) rows in this run's class order
+            if incoming is not None and incoming.shape != tensor.shape and name in RESIZED:
+                incoming = fitted(name, incoming, tensor.shape)
+                resized.append(name)
             if incoming is None or incoming.shape != tensor.shape or (name in classifier and order is None):
                 initialised.append(name)
                 continue
             tensor.copy_(incoming)
             loaded.append(name)
     ignored = sorted(set(weights) - set(target))
-    return StartReport(where, loaded, initialised, classes, ignored)
+    return StartReport(where, loaded, initialised, classes, ignored, resized)
+
+
+RESIZED = ("pos_embed", "temporal_embed")  # position tables fitted to another crop size or frame count
+
+
+def fitted(name: str, incoming: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A position table of the source resized to `shape`: `pos_embed` (1, 1 + n², D) to another square
+    grid, `temporal_embed` (1, T, 1, D) to other time steps; ValueError when it cannot be."""
+    if incoming.shape[-1] != shape[-1] or incoming.ndim != len(shape):
+        raise ValueError(f"{name} {tuple(incoming.shape)} does not fit {tuple(shape)}")
+    if name == "pos_embed":
+        grid = math.isqrt(shape[1] - 1)
+        if grid * grid != shape[1] - 1:
+            raise ValueError(f"{name} {tuple(shape)} is no square grid")
+        return resize_pos_embed(incoming, grid)
+    steps = incoming[0, :, 0].T[None]  # (1, D, T)
+    return F.interpolate(steps, size=shape[1], mode="linear", align_corners=False)[0].T[
+        None, :, None
+    ]  # (1, T', 1, D)
+
+
+def incompatible(target: dict[str, torch.Tensor], weights: dict[str, torch.Tensor]) -> list[str]:
+    """Why the source's `weights` cannot start the model of `target` (its state dict): a tensor outside
+    the head that the source lacks, or shapes otherwise and is no position table that `fitted` resizes."""
+    problems = []
+    for name, tensor in target.items():
+        if name.startswith("head."):
+            continue
+        incoming = weights.get(name)
+        if incoming is None:
+            problems.append(f"the source has no {name} (another architecture?)")
+        elif incoming.shape != tensor.shape and name not in RESIZED:
+            problems.append(
+                f"its {name} is {tuple(incoming.shape)}, this model's {tuple(tensor.shape)} (another size?)"
+            )
+        elif incoming.shape != tensor.shape:
+            try:
+                fitted(name, incoming, tensor.shape)
+            except ValueError as err:
+                problems.append(str(err))
+    return problems
+
+
+def check_starting_weights(config: PipelineConfig, network: nn.Module) -> None:
+    """ConfigError naming the setting, in one line, when `model.init_from` or `model.checkpoint` cannot
+    start `network` (the model `config` builds, on the meta device): a registered model that does not
+    exist, a missing file or checkpoint, a file that is no checkpoint, weights of another architecture
+    or size. On the driver, before any Ray worker starts (it reads the source once more there)."""
+    if (released := config.model.checkpoint) and not storage.is_file(released):
+        raise ConfigError(f"model.checkpoint {released}: no such file")
+    if not (where := config.model.init_from):
+        return
+    if where.startswith("models:/"):
+        uri = resolve_tracking_uri(config)
+        if (database := sqlite_file(uri)) is not None and not database.exists():
+            raise ConfigError(f"model.init_from {where}: no MLflow registry at {uri} (no such file)")
+    elif not storage.exists(location(where)):
+        raise ConfigError(f"model.init_from {where}: no such file or checkpoint")
+    try:
+        source = trained_model(config, where)
+    except MlflowException as err:
+        raise ConfigError(f"model.init_from {where}: {err.message.strip().splitlines()[0]}") from None
+    except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as err:
+        reason = (
+            one_line(err) if isinstance(err, OSError) else str(err).strip().split(". ")[0].splitlines()[0]
+        )
+        raise ConfigError(f"model.init_from {where}: not a checkpoint vidtx can read ({reason})") from None
+    if problems := incompatible(network.state_dict(), source.module.state_dict()):
+        raise ConfigError(f"model.init_from {where}: {problems[0]} (model.name={config.model.name})")
