@@ -17,6 +17,7 @@ import torch
 from vidtx.models.flops import count_flops
 from vidtx.models.spacetime import JointSpaceTime, TimeSformer
 from vidtx.models.video import VideoTransformer
+from vidtx.models.videomae import VideoMAEViT
 from vidtx.models.vit import ViTEncoder
 from vidtx.models.vivit import ViViTFactorisedEncoder
 from vidtx.models.weights import read_checkpoint
@@ -103,6 +104,13 @@ PRESETS: dict[str, Preset] = {
     "vivit_fe_tiny": Preset(
         ViViTFactorisedEncoder, "ViViT factorised encoder, tiny", {**_TINY, "num_frames": 8, **_VIVIT_TINY}
     ),
+    # VideoMAE's released ViT-B (2x16x16 tubelets, 16 frames, mean pooling; init_std as its fine-tune's)
+    "videomae_b16_16x224": Preset(
+        VideoMAEViT,
+        "VideoMAE's ViT-B/16: tubelets, fixed positions, q/v biases, mean pooling",
+        {**_B16, "num_frames": 16},
+    ),
+    "videomae_tiny": Preset(VideoMAEViT, "VideoMAE's ViT, tiny", {**_TINY, "num_frames": 8}),
 }
 
 # Constructor arguments that wire models together internally; not user options.
