@@ -41,6 +41,7 @@ BENCHMARKS = [
     "temporal_reasoning",
     "demo_augmentation",
     "sweeps",
+    "pretraining",
 ]
 QUICK_DIR = REPO_ROOT / "runs" / "bench-quick"
 INDEX_HEADER = (
