@@ -2,8 +2,8 @@
 
 The run is named after the flow run (unless `train.run_name` is set), so a retried flow run resumes it
 from its checkpoint. Progress goes to a progress artifact and the flow's log while Ray trains; the
-log ends with the run, its checkpoints (what `model.init_from` of a fine-tune names) and its MLflow
-link.
+log ends with the run, its checkpoints, its MLflow link and the registered encoder (what a fine-tune's
+`model.init_from` names).
 """
 
 from __future__ import annotations
@@ -16,22 +16,21 @@ from flows.cancellation import cancellable, cancelled
 from flows.forms import PretrainForm, config_of
 from flows.train import flow_run_tags, follow_training, log_outcome
 from vidtx.config import PipelineConfig
-from vidtx.stages.pretrain import pretrain
-from vidtx.train.payload import TrainResult
+from vidtx.stages.pretrain import PretrainResult, pretrain
 
 
 @task(retries=0)  # the flow run's own retry resumes instead
 @cancellable
-def run_pretraining(config: PipelineConfig) -> TrainResult:
+def run_pretraining(config: PipelineConfig) -> PretrainResult:
     with follow_training(config) as progress:
         return pretrain(config, tags=flow_run_tags(), progress=progress)
 
 
 @flow(name="pretrain-model", retries=1, retry_delay_seconds=30, log_prints=True)
-def pretrain_model(settings: PretrainForm) -> TrainResult | State:
+def pretrain_model(settings: PretrainForm) -> PretrainResult | State:
     """Pretrain the config's network as a masked autoencoder on its clips (labels ignored), on Ray (a
-    local instance, or the cluster at RAY_ADDRESS / train.cluster.address). A cancel stops it and ends
-    the run Cancelled."""
+    local instance, or the cluster at RAY_ADDRESS / train.cluster.address), and register its encoder.
+    A cancel stops it and ends the run Cancelled."""
     config = config_of(settings, pretraining=True)
     if isinstance(config, State):
         return config
@@ -41,6 +40,9 @@ def pretrain_model(settings: PretrainForm) -> TrainResult | State:
         return cancelled(pretraining)
     result = pretraining.result()
     log_outcome(
-        config, result, f"fine-tune from it: model.init_from={result.best_checkpoint or result.checkpoint}"
+        config,
+        result.training,
+        f"encoder:     {result.encoder.summary()}",
+        f"fine-tune from it: model.init_from={result.init_from}",
     )
     return result

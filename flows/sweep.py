@@ -41,7 +41,7 @@ def trials_markdown(config: PipelineConfig, result: SweepResult) -> str:
             f"# Sweep `{result.name}`",
             "",
             f"Best: `{result.best.run_name}` ({result.metric} {result.best.metric:.4g}); "
-            f"{config.eval.split} top-1 {result.evaluation['top1']:.3f}; "
+            f"{result.evaluation_text(config.eval.split)}; "
             f"[{version.name} v{version.version}]({model_version_link(config, version.name, version.version)}) "
             f"aliases {version.alias_text} ({version.reason}).",
             "",
@@ -68,7 +68,7 @@ def outcome_lines(config: PipelineConfig, result: SweepResult) -> list[str]:
     version = result.version
     return [
         *lines,
-        f"best trial evaluated on {config.eval.split}: top-1 {result.evaluation['top1']:.3f}",
+        result.evaluation_text(config.eval.split),
         f"{version.summary()}; {model_version_link(config, version.name, version.version)}",
         f"the sweep in MLflow: {run_link(config, result.experiment_id, result.parent_run_id)}",
     ]

@@ -264,7 +264,9 @@ def test_no_library_module_is_over_300_lines_and_the_cli_is_thin() -> None:
 HEAVY = {"ray", "webdataset", "deepspeed", "PIL", "vidtx.data.augment", "vidtx.data.transforms"}
 
 
-@pytest.mark.parametrize("entry", ["vidtx.serving.pyfunc_model", "vidtx.stages.predict"])
+@pytest.mark.parametrize(
+    "entry", ["vidtx.serving.pyfunc_model", "vidtx.serving.pyfunc_encoder", "vidtx.stages.predict"]
+)
 def test_the_served_model_and_predict_load_nothing_heavy(entry: str) -> None:
     """What a fresh interpreter has loaded after importing the served model (what MLflow runs in a
     serving container) or `vidtx predict`'s stage: neither Ray, webdataset, DeepSpeed, PIL nor

@@ -1,21 +1,30 @@
-"""Masked-autoencoder pretraining end to end (`vidtx.stages.pretrain`): Ray Train + DeepSpeed on the
-session's local Ray, the MLflow run's curves and reconstruction images, and a fine-tune that starts
-from the checkpoint's encoder (its decoder dropped)."""
+"""Masked-autoencoder pretraining end to end (the `pretrain-model` flow over `vidtx.stages.pretrain`):
+Ray Train + DeepSpeed on the session's local Ray, the MLflow run's curves and reconstruction images, the encoder (its decoder
+dropped) registered and served as a feature extractor, and a fine-tune that starts from it through the
+registry."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from mlflow import MlflowClient
 from training_runs import history, run_config
 
-from vidtx.config import PipelineConfig
+from flows.forms import PretrainForm
+from flows.pretrain import pretrain_model
+from vidtx.config import PipelineConfig, SweepConfig, dump_config
 from vidtx.model_factory import model_for
-from vidtx.stages.pretrain import pretrain
+from vidtx.serving.encoder import VideoEncoder
+from vidtx.stages.predict import load_for_prediction
+from vidtx.stages.sweep import run_sweep
 from vidtx.stages.train import train
-from vidtx.tracking.lineage import OBJECTIVE_TAG
+from vidtx.tracking.lineage import INIT_FROM_TAG, OBJECTIVE_TAG
+from vidtx.tracking.model_registry import RegisteredModelNotFoundError, load_registered_model
+from vidtx.tracking.sweeps import SWEEP_TAG
 from vidtx.train.checkpoint import trained_model
 from vidtx.train.starting_weights import start_from
 
@@ -23,9 +32,14 @@ pytestmark = pytest.mark.slow
 
 
 def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tune_starts_from_its_encoder(
-    tiny_dataset: PipelineConfig, unlabeled_shards: Path, tmp_path: Path
+    tiny_dataset: PipelineConfig,
+    unlabeled_shards: Path,
+    tmp_path: Path,
+    write_mp4: Callable[..., Path],
+    prefect_api: None,
 ) -> None:
-    """Pretrained on the videos without their labels, fine-tuned on the labelled shards of the same."""
+    """Pretrained by the flow on the videos without their labels, its encoder registered, fine-tuned
+    through the registry on the labelled shards of the same."""
     config = run_config(tiny_dataset, tmp_path, max_steps=6, checkpoint_every=3, val_every=3, log_every=1)
     config.data.shards = unlabeled_shards
     config.model.name = "joint_tiny"
@@ -38,7 +52,11 @@ def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tun
             "image_every": 3,
         }
     )
-    result = pretrain(config)
+    config_file = tmp_path / "pretrain.yaml"
+    config_file.write_text(dump_config(config))
+    pretrained_run = pretrain_model(PretrainForm(config=config_file, run_name="pretraining"))
+    result = pretrained_run.training
+    assert result.run_name == "pretraining"
 
     client = MlflowClient(result.tracking_uri)
     run = client.get_run(result.mlflow_run_id)
@@ -64,10 +82,85 @@ def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tun
     assert all(torch.equal(model.state_dict()[name], pretrained[name]) for name in report.loaded)
     assert len(report.loaded) == len(pretrained) - 2
 
-    # ... and trains from there through Ray (the report logged with the run)
+    # The best checkpoint's encoder is registered in the pretraining's run, with its alias and lineage
+    version = pretrained_run.encoder
+    assert pretrained_run.init_from == "models:/vidtx-encoder@pretrained"
+    assert version.aliases == ["pretrained"]
+    assert version.run_id == result.mlflow_run_id
+    registered = client.get_model_version("vidtx-encoder", version.version)
+    assert registered.run_id == result.mlflow_run_id
+    assert registered.tags[OBJECTIVE_TAG] == "masked_autoencoding"
+    assert registered.tags["vidtx.manifest_hash"] == run.data.tags["vidtx.manifest_hash"]
+    served = load_registered_model(pretrained_run.init_from, result.tracking_uri)
+    assert isinstance(served, VideoEncoder)
+    assert served.class_names is None
+    assert all(torch.equal(tensor, pretrained[name]) for name, tensor in served.module.state_dict().items())
+    # ... served, it answers one embedding per video (a row with the error for one it cannot read)
+    video = write_mp4(tmp_path / "clip.mp4", num_frames=16).read_bytes()
+    answer = served.predict(None, pd.DataFrame({"video": [video, b"not a video"]}), {"num_clips": 2})
+    assert list(answer.columns) == ["embedding", "error"]
+    assert len(answer.embedding[0]) == served.module.embed_dim
+    assert answer.error[0] is None
+    assert answer.embedding[1] == []
+    assert answer.error[1]
+    # ... and `vidtx predict` refuses it in one line: it has no classes
+    with pytest.raises(RegisteredModelNotFoundError, match="is a pretrained encoder, not a classifier"):
+        load_for_prediction(pretrained_run.init_from, result.tracking_uri)
+
+    # A fine-tune through the registry trains from there through Ray (the report logged with the
+    # run, the version it started from in its lineage)
+    fine_tune.model.init_from = pretrained_run.init_from
     fine_tune.train = fine_tune.train.model_copy(update={"max_steps": 2, "checkpoint_every": 2})
     tuned = train(fine_tune, run_name="fine-tune")
+    assert client.get_run(tuned.mlflow_run_id).data.tags[INIT_FROM_TAG] == version.model_uri
     logged = client.download_artifacts(tuned.mlflow_run_id, "init_from.txt", str(tmp_path))
     text = Path(logged).read_text()
-    assert f"initialised from {result.best_checkpoint}" in text
+    assert "initialised from models:/vidtx-encoder@pretrained" in text
     assert "kept as initialised (2):\n  head.fc.weight\n  head.fc.bias" in text
+
+
+def test_a_pretraining_sweep_compares_reconstruction_losses_and_registers_the_best_encoder(
+    tiny_dataset: PipelineConfig, unlabeled_shards: Path, tmp_path: Path
+) -> None:
+    """`sweep.objective: masked_autoencoding`: every trial pretrains (on unlabeled shards), trials are
+    compared by their validation reconstruction loss, and the best one's encoder is registered."""
+    config = run_config(tiny_dataset, tmp_path, max_steps=2, checkpoint_every=2, val_every=2)
+    config.train.cpus_per_worker = 0.49  # two trials of two workers (and their drivers) in 2 CPUs
+    config.train.precision = "fp32"
+    config.data.shards = unlabeled_shards
+    config.data.num_workers = 0
+    config.model.name = "joint_tiny"
+    config.pretrain = config.pretrain.model_copy(
+        update={"decoder_depth": 1, "decoder_width": 32, "decoder_heads": 2, "model_name": "swept-encoder"}
+    )
+    config.sweep = SweepConfig.model_validate(
+        {
+            "name": "mask-sweep",
+            "objective": "masked_autoencoding",
+            "space": {"pretrain.mask_ratio": {"grid": [0.5, 0.75]}},
+            "num_trials": 1,
+            "max_concurrent": 2,
+            "metric": "val_loss",
+            "mode": "min",
+            "scheduler": {"name": "none"},
+        }
+    )
+    result = run_sweep(config)
+
+    assert [row.state for row in result.trials] == ["finished", "finished"]
+    assert result.best == min(result.trials, key=lambda row: row.metric)
+    client = MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+    for row in result.trials:
+        run = client.get_run(row.mlflow_run_id)
+        assert run.data.tags[OBJECTIVE_TAG] == "masked_autoencoding"
+        assert run.data.tags[SWEEP_TAG] == "mask-sweep"
+        assert float(run.data.params["pretrain.mask_ratio"]) == row.values["pretrain.mask_ratio"]
+        assert "val/top1" not in run.data.metrics
+    assert result.evaluation == {}
+    assert result.version.name == "swept-encoder"
+    assert result.version.aliases == ["pretrained"]
+    assert result.version.run_id == result.best.mlflow_run_id
+    served = load_registered_model("models:/swept-encoder@pretrained", str(client.tracking_uri))
+    assert isinstance(served, VideoEncoder)
+    assert served.config.pretrain.mask_ratio == result.best.values["pretrain.mask_ratio"]
+    assert "the best trial's encoder registered" in result.summary()

@@ -99,6 +99,14 @@ class Classification:
 
 
 @dataclasses.dataclass
+class Embedding:
+    """One video's row of a served encoder's output: its features, or only `error`."""
+
+    embedding: list[float] = dataclasses.field(default_factory=list)
+    error: str | None = None
+
+
+@dataclasses.dataclass
 class PredictionSummary:
     model_uri: str  # the version that answered: models:/<name>/<version>
     videos: int

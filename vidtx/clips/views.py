@@ -1,5 +1,5 @@
-"""One encoded video to class scores with evaluation's own steps: decoded at the crop's short side, the
-multi-view test protocol (`test_views`), the one normalisation, the model.
+"""One encoded video to class scores (or an encoder's features) with evaluation's own steps: decoded at
+the crop's short side, the multi-view test protocol (`test_views`), the one normalisation, the model.
 
 `vidtx.eval.multiview` runs the same `test_views` and `view_logits` on a shard's videos and the served
 model (`vidtx.serving`) on the videos it is sent, so the two agree for the same encoded video.
@@ -59,3 +59,13 @@ def view_logits(model: nn.Module, data: DataConfig, views: torch.Tensor) -> torc
     weights = next(model.parameters())
     clips = normalize_clips(views.to(weights.device, non_blocking=True), data.mean, data.std, weights.dtype)
     return model(clips).float()  # clips (N, C, T, H, W) -> (N, K)
+
+
+@torch.no_grad()
+def view_embeddings(model: nn.Module, data: DataConfig, views: torch.Tensor) -> torch.Tensor:
+    """Float32 features (N, D) of uint8 clips (N, T, H, W, C): the network's final features before any
+    head, averaged over what remains of time and space (an encoder's embedding of each view)."""
+    weights = next(model.parameters())
+    clips = normalize_clips(views.to(weights.device, non_blocking=True), data.mean, data.std, weights.dtype)
+    features = model.forward_features(clips).float()  # (N, D), (N, T', D) or (N, T', S, D)
+    return features.flatten(1, -2).mean(dim=1) if features.dim() > 2 else features

@@ -21,7 +21,7 @@ from vidtx.config.loading import (
     parse_override,
     validate_config,
 )
-from vidtx.config.pretrain import PretrainConfig
+from vidtx.config.pretrain import Objective, PretrainConfig
 from vidtx.config.schema import (
     Ensemble,
     EvalConfig,
@@ -57,6 +57,7 @@ __all__ = [
     "Ensemble",
     "EvalConfig",
     "ModelConfig",
+    "Objective",
     "OptimizerConfig",
     "PipelineConfig",
     "Precision",

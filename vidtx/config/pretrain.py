@@ -9,6 +9,8 @@ from pydantic import Field, model_validator
 from vidtx.config.base import StrictModel
 
 Masking = Literal["tube", "random"]
+# what a training run learns (`vidtx.train.objectives`): its labels, or the clips themselves (pretraining)
+Objective = Literal["classification", "masked_autoencoding"]
 
 
 class PretrainConfig(StrictModel):

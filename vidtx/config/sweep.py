@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from vidtx.config.base import StrictModel
+from vidtx.config.pretrain import Objective
 
 Value = int | float | str | bool
 KINDS = ("loguniform", "uniform", "randint", "choice", "grid")
@@ -102,10 +103,25 @@ class SweepConfig(StrictModel):
     max_concurrent: int | None = Field(
         None, ge=1, description="Trials at once (None: as many as the Ray cluster fits)."
     )
+    objective: Objective = Field(
+        "classification",
+        description="What every trial learns: classification (the best trial evaluated, then registered "
+        "under registry) or masked_autoencoding (pretraining, compared by val_loss; the best trial's "
+        "encoder registered under pretrain).",
+    )
     metric: Literal["val_top1", "val_loss"] = Field("val_top1", description="Validation metric compared.")
     mode: Literal["max", "min"] = Field("max", description="Whether a higher or a lower `metric` is better.")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     seed: int | None = Field(0, description="Seeds the sampling of the space (None: unseeded).")
+
+    @model_validator(mode="after")
+    def _pretraining_compares_its_loss(self) -> SweepConfig:
+        if self.objective == "masked_autoencoding" and (self.metric, self.mode) != ("val_loss", "min"):
+            raise ValueError(
+                f"metric {self.metric} ({self.mode}): a pretraining reports only its reconstruction loss; "
+                "set sweep.metric=val_loss and sweep.mode=min"
+            )
+        return self
 
 
 def with_values(data: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:

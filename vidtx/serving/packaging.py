@@ -1,11 +1,13 @@
-"""What is logged as the registered model, and the network read back from it without MLflow's loader.
+"""What is logged as a registered model, and the network read back from it without MLflow's loader.
 
-A pyfunc model (MLflow's "models from code": `pyfunc_model.py` names `VideoClassifier`) with
+A pyfunc model (MLflow's "models from code": `pyfunc_model.py` names `VideoClassifier`, a pretrained
+encoder's `pyfunc_encoder.py` names `VideoEncoder`) with
 - artifacts: the weights as a vidtx checkpoint (`vidtx.models.load_checkpoint` rebuilds the network),
   the pipeline config it was trained with (the preprocessing: frames, sampling, crop size, mean / std,
-  views) and the class names;
+  views) and a classifier's class names;
 - code: a copy of the `vidtx` package, so the model loads where vidtx is not installed;
-- a signature (a binary column `video`, params `top_k`, `num_clips`, `num_crops`, the output columns),
+- a signature (a binary column `video`, params `num_clips`, `num_crops` and a classifier's `top_k`,
+  the output columns),
   an input example (a small MP4 made here) that must pass `mlflow.models.validate_serving_input`, and
   pip requirements pinned to the versions installed here.
 """
@@ -35,9 +37,12 @@ import vidtx
 from vidtx.config import PipelineConfig, dump_config
 from vidtx.media.encode import encode_mp4
 from vidtx.models import save_checkpoint
-from vidtx.serving.classifier import ARTIFACT_FILES, DEFAULT_TOP_K, INPUT_COLUMN, VideoClassifier
+from vidtx.serving.classifier import DEFAULT_TOP_K, VideoClassifier
+from vidtx.serving.encoder import VideoEncoder
+from vidtx.serving.video_model import INPUT_COLUMN, ServedVideoModel
 
-MODEL_CODE = Path(__file__).with_name("pyfunc_model.py")
+CLASSIFIER_CODE = Path(__file__).with_name("pyfunc_model.py")
+ENCODER_CODE = Path(__file__).with_name("pyfunc_encoder.py")
 # what the classifier imports, beyond the standard library and vidtx, and nothing else
 # (tests/test_serving.py checks both ways)
 SERVING_DISTRIBUTIONS = (
@@ -62,18 +67,19 @@ def pip_requirements() -> list[str]:
     return [f"{name}=={version(name).split('+')[0]}" for name in SERVING_DISTRIBUTIONS]
 
 
-def signature(default_views: dict[str, int]) -> ModelSignature:
-    outputs = [
-        ColSpec("string", "label", required=False),
-        ColSpec("double", "score", required=False),
-        ColSpec(Array("string"), "top_k_labels"),
-        ColSpec(Array("double"), "top_k_scores"),
-        ColSpec("string", "error", required=False),
-    ]
-    params = [
-        ParamSpec("top_k", "long", DEFAULT_TOP_K),
-        *(ParamSpec(k, "long", v) for k, v in default_views.items()),
-    ]
+OUTPUT_SPECS = {
+    "label": ColSpec("string", "label", required=False),
+    "score": ColSpec("double", "score", required=False),
+    "top_k_labels": ColSpec(Array("string"), "top_k_labels"),
+    "top_k_scores": ColSpec(Array("double"), "top_k_scores"),
+    "embedding": ColSpec(Array("double"), "embedding"),
+    "error": ColSpec("string", "error", required=False),
+}
+
+
+def signature(served: type[ServedVideoModel], default_params: dict[str, int]) -> ModelSignature:
+    outputs = [OUTPUT_SPECS[column] for column in served.OUTPUT_COLUMNS]
+    params = [ParamSpec(k, "long", v) for k, v in default_params.items()]
     return ModelSignature(Schema([ColSpec("binary", INPUT_COLUMN)]), Schema(outputs), ParamSchema(params))
 
 
@@ -103,31 +109,39 @@ def _sys_path_kept() -> Iterator[None]:
         sys.path[:] = saved
 
 
-def log_classifier(
-    module: nn.Module, config: PipelineConfig, class_names: list[str], name: str, extra_files: dict[str, str]
+def log_video_model(
+    module: nn.Module,
+    config: PipelineConfig,
+    class_names: list[str] | None,
+    name: str,
+    extra_files: dict[str, str],
 ) -> ModelInfo:
-    """Log the classifier into the active MLflow run as model `name`, with `extra_files` (file name ->
-    text, e.g. the model card) beside its artifacts; raise InvalidServingInputError when the logged
-    model does not answer its input example."""
-    views = {"num_clips": config.eval.num_clips, "num_crops": config.eval.num_crops}
-    example = (pd.DataFrame({INPUT_COLUMN: [example_video(config)]}), {"top_k": 1})
+    """Log `module` into the active MLflow run as model `name`: a classifier of `class_names`, or
+    (None) a pretrained encoder; with `extra_files` (file name -> text, e.g. the model card) beside its
+    artifacts. Raise InvalidServingInputError when the logged model does not answer its input example."""
+    served, code = (VideoEncoder, ENCODER_CODE) if class_names is None else (VideoClassifier, CLASSIFIER_CODE)
+    params = {"num_clips": config.eval.num_clips, "num_crops": config.eval.num_crops}
+    if class_names is not None:
+        params = {"top_k": DEFAULT_TOP_K} | params
+    frame = pd.DataFrame({INPUT_COLUMN: [example_video(config)]})
+    example = frame if class_names is None else (frame, {"top_k": 1})
+    files = served.ARTIFACT_FILES
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
-        save_checkpoint(module.float().cpu(), folder / ARTIFACT_FILES["weights"])
-        texts = {
-            ARTIFACT_FILES["config"]: dump_config(config),
-            ARTIFACT_FILES["class_names"]: json.dumps(class_names),
-        }
+        save_checkpoint(module.float().cpu(), folder / files["weights"])
+        texts = {files["config"]: dump_config(config)}
+        if class_names is not None:
+            texts[files["class_names"]] = json.dumps(class_names)
         for file_name, text in (texts | extra_files).items():
             (folder / file_name).write_text(text)
         with _sys_path_kept():  # log_model loads the model to check the example (a warning if not)
             info = mlflow.pyfunc.log_model(
                 name=name,
-                python_model=MODEL_CODE,
-                artifacts={key: str(folder / file_name) for key, file_name in ARTIFACT_FILES.items()}
+                python_model=code,
+                artifacts={key: str(folder / file_name) for key, file_name in files.items()}
                 | {Path(file_name).stem: str(folder / file_name) for file_name in extra_files},
                 code_paths=[str(_code_copy(folder / "code"))],
-                signature=signature(views),
+                signature=signature(served, params),
                 input_example=example,
                 pip_requirements=pip_requirements(),
             )
@@ -151,12 +165,19 @@ def check_serving_input(model_uri: str, serving_input: str) -> None:
         raise InvalidServingInputError(f"{model_uri} could not read its input example: {errors[0]}")
 
 
-def read_classifier(model_folder: Path) -> VideoClassifier:
-    """The classifier of a downloaded model (its network in `.module`), read without the pyfunc loader."""
+def read_video_model(model_folder: Path) -> ServedVideoModel:
+    """The classifier, or pretrained encoder, of a downloaded model (its network in `.module`), read
+    without the pyfunc loader: a classifier's artifacts hold its class names, an encoder's do not."""
     artifacts = model_folder / "artifacts"
-    if not (artifacts / ARTIFACT_FILES["weights"]).is_file():
+    weights = VideoClassifier.ARTIFACT_FILES["weights"]
+    if not (artifacts / weights).is_file():
         raise ValueError(
-            f"{model_folder} is not a vidtx video classifier (no artifacts/{ARTIFACT_FILES['weights']}): "
+            f"{model_folder} is not a vidtx video model (no artifacts/{weights}): "
             "a model registered by an earlier vidtx (pytorch flavor); register it again"
         )
-    return VideoClassifier.from_artifacts(artifacts)
+    served = (
+        VideoClassifier
+        if (artifacts / VideoClassifier.ARTIFACT_FILES["class_names"]).is_file()
+        else VideoEncoder
+    )
+    return served.from_artifacts(artifacts)

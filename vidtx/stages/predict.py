@@ -3,9 +3,9 @@ this process or as a Ray Data job; each result reported as it comes, all of them
 
 The alias is resolved to one version once, before any video is read, and only that version is used.
 A bad video (missing, a folder, not a video, undecodable) is a row with its `error` and the others go
-on. The registry is looked up without side effects: MLflow creates a SQLite store (or a file store)
-that does not exist when it is asked anything, so a missing store is an error naming where vidtx
-looked, checked first.
+on. The registry is looked up without side effects (`resolve_version`). A registered pretrained
+encoder (no classes) is refused in one line: it has nothing to predict until a fine-tune gives it a
+head.
 """
 
 from __future__ import annotations
@@ -13,12 +13,8 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from urllib.parse import urlparse
 
 import pandas as pd
-from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
 
 from vidtx import storage
 from vidtx.config import PredictConfig, apply_overrides, validate_config
@@ -28,48 +24,10 @@ from vidtx.serving.classifier import VideoClassifier
 from vidtx.shard.annotations import read_csv_rows
 from vidtx.shard.folder import walk
 from vidtx.stages.scoring import score_here, table_writer
-from vidtx.tracking.model_registry import load_registered_model
-from vidtx.tracking.runs import mlflow_uris, sqlite_file
+from vidtx.tracking.model_registry import RegisteredModelNotFoundError, load_registered_model, resolve_version
 
 DEMO_TRACKING_URI = "sqlite:///runs/demo/mlflow.db"  # where `make demo` registers its model
-POINT_ELSEWHERE = "point --tracking-uri (or MLFLOW_TRACKING_URI) at the store the model was registered in"
 CSV_COLUMNS = ("path", "video")  # the column of a CSV list of videos
-
-
-class RegisteredModelNotFoundError(ValueError):
-    """The registered model is not in the registry that was looked at; the message names its URI."""
-
-
-def _local_store(uri: str) -> Path | None:
-    """The database file or folder of a local tracking store (sqlite:///, file:, a path), else None."""
-    if (database := sqlite_file(uri)) is not None:
-        return database
-    parsed = urlparse(uri)
-    return Path(parsed.path) if parsed.scheme in ("", "file") else None
-
-
-def resolve_version(model_uri: str, tracking_uri: str) -> str:
-    """`models:/<name>@<alias>` as `models:/<name>/<version>` (the version the alias names now), or
-    RegisteredModelNotFoundError naming the registry; a local store that does not exist is reported,
-    not created."""
-    store = _local_store(tracking_uri)
-    if store is not None and not store.exists():
-        raise RegisteredModelNotFoundError(
-            f"{model_uri}: no MLflow registry at {tracking_uri} ({store.absolute()} does not exist); "
-            f"{POINT_ELSEWHERE}"
-        )
-    name, _, alias = model_uri.removeprefix("models:/").partition("@")
-    if not alias:
-        return model_uri
-    try:
-        with mlflow_uris(tracking_uri):
-            version = MlflowClient().get_model_version_by_alias(name, alias).version
-    except MlflowException as err:
-        reason = err.message.strip().splitlines()[0]
-        raise RegisteredModelNotFoundError(
-            f"{model_uri}: not found in the MLflow registry at {tracking_uri} ({reason}); {POINT_ELSEWHERE}"
-        ) from err
-    return f"models:/{name}/{version}"
 
 
 def load_for_prediction(
@@ -85,6 +43,11 @@ def load_for_prediction(
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEMO_TRACKING_URI
     version = resolve_version(model_uri, uri)
     classifier = load_registered_model(version, tracking_uri=uri)
+    if not isinstance(classifier, VideoClassifier):
+        raise RegisteredModelNotFoundError(
+            f"{model_uri} ({version}) is a pretrained encoder, not a classifier: fine-tune it first "
+            f"(--set model.init_from={model_uri}), or ask it for embeddings through MLflow's pyfunc"
+        )
     raw = classifier.config.model_dump() | {"predict": predict.model_dump() if predict else {}}
     classifier.config = validate_config(apply_overrides(raw, overrides), model_uri, overrides)
     storage.configure(classifier.config.storage.endpoint_url, classifier.config.storage.region)

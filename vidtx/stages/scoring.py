@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 from vidtx import storage
 from vidtx.files import replaced
 from vidtx.locations import Location
-from vidtx.serving.classifier import INPUT_COLUMN, VideoClassifier
+from vidtx.serving.classifier import VideoClassifier
+from vidtx.serving.video_model import INPUT_COLUMN
 from vidtx.storage import name_of
 
 PATH_COLUMN = "path"

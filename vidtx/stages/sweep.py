@@ -1,5 +1,6 @@
 """The sweep stage: Ray Tune over the Ray Train trainer, one MLflow parent run with a child per trial,
-the best trial evaluated and registered under the registry's rules.
+the best trial evaluated and registered under the registry's rules (a pretraining sweep's best trial:
+its encoder registered, as `vidtx pretrain` registers one).
 
 `run_sweep(config)` validates every value of `sweep.space` against the schema and the model zoo, then
 runs a Tuner whose trials are `sweep_trial.run_trial` (each a multi-worker DeepSpeed training of the
@@ -26,7 +27,7 @@ from ray.tune.search import BasicVariantGenerator
 from vidtx import storage
 from vidtx.config import ConfigError, Distribution, PipelineConfig
 from vidtx.locations import location
-from vidtx.model_factory import check_model_config
+from vidtx.model_factory import check_model_config, check_pretrain_config
 from vidtx.processes import sigterm_raises, stopped_from_outside
 from vidtx.ray_session import is_jobs_api, ray_session, tune_trial_environment, worker_env
 from vidtx.stages.sweep_result import SweepResult, trial_rows
@@ -57,14 +58,15 @@ def default_sweep_name(config: PipelineConfig) -> str:
 
 def check_space(config: PipelineConfig) -> None:
     """What the schema cannot check: every model a trial may build exists in the zoo (its preset and
-    options); ConfigError names the key and the value."""
-    check_model_config(config)
+    options), and a pretraining's masked autoencoder can wrap it; ConfigError names the key and the value."""
+    check = check_pretrain_config if config.sweep.objective == "masked_autoencoding" else check_model_config
+    check(config)
     if not config.sweep.space:
         raise ConfigError("sweep.space: empty; name the settings to search, e.g. train.optimizer.lr")
     for key, distribution in config.sweep.space.items():  # data.num_frames builds another model too
         for value in distribution.candidates():
             try:
-                check_model_config(config.for_trial({key: value}))
+                check(config.for_trial({key: value}))
             except (ConfigError, ValueError) as err:
                 raise ConfigError(f"sweep.space.{key}: {value!r}: {err}") from None
 
@@ -85,7 +87,7 @@ def run_sweep(config: PipelineConfig) -> SweepResult:
             f"RAY_ADDRESS / train.cluster.address {address}: a sweep joins its cluster (auto, host:port); "
             "to run it there, submit `vidtx sweep` as a Ray Job"
         )
-    if not training_splits(config.data)[1]:
+    if not training_splits(config.data, labeled=config.sweep.objective == "classification")[1]:
         raise ConfigError(
             f"data.val_split {config.data.val_split!r}: a sweep compares its trials on validation, and the "
             f"shards in {config.data.shards} have no such split"

@@ -1,4 +1,5 @@
-"""What a sweep produced: its trials as a table, the best trial evaluated and registered."""
+"""What a sweep produced: its trials as a table, the best trial evaluated and registered (a pretraining
+sweep's: its encoder registered)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel
 from vidtx.markdown import markdown_table
 from vidtx.results import ModelVersionInfo
 from vidtx.stages.evaluate import evaluate_trained
+from vidtx.stages.pretrain import register_pretrained
 from vidtx.stages.register import register_trained
 from vidtx.stages.sweep_trial import SweepPlan
 from vidtx.stages.trained_model import find_trained_run
@@ -61,8 +63,8 @@ class SweepResult(BaseModel):
     experiment_id: str
     trials: list[TrialRow]
     best: TrialRow
-    evaluation: dict[str, float]  # the best trial's evaluation on `eval.split`
-    version: ModelVersionInfo
+    evaluation: dict[str, float]  # the best trial's evaluation on `eval.split` (none for a pretraining)
+    version: ModelVersionInfo  # the best trial's classifier, or its encoder
 
     @classmethod
     def conclude(cls, plan: SweepPlan, rows: list[TrialRow], client: MlflowClient) -> SweepResult:
@@ -74,8 +76,11 @@ class SweepResult(BaseModel):
         best = (max if sweep.mode == "max" else min)(scored, key=lambda row: row.metric)
         config = plan.trial_config(best.values).for_run(best.run_name)
         trained = find_trained_run(config)
-        evaluation = evaluate_trained(config, trained)
-        version = register_trained(config, trained, evaluation)
+        if sweep.objective == "masked_autoencoding":
+            evaluation, version = {}, register_pretrained(config, trained)
+        else:
+            evaluated = evaluate_trained(config, trained)
+            evaluation, version = evaluated.metrics(), register_trained(config, trained, evaluated)
         result = cls(
             name=plan.sweep_name,
             metric=sweep.metric,
@@ -84,7 +89,7 @@ class SweepResult(BaseModel):
             experiment_id=client.get_run(plan.parent_run_id).info.experiment_id,
             trials=rows,
             best=best,
-            evaluation=evaluation.metrics(),
+            evaluation=evaluation,
             version=version,
         )
         finish_sweep_run(
@@ -109,16 +114,20 @@ class SweepResult(BaseModel):
         ]
         return markdown_table(header, rows)
 
+    def evaluation_text(self, split: str | None = None) -> str:
+        if "top1" not in self.evaluation:
+            return "a pretraining sweep: the best trial's encoder registered, nothing to evaluate"
+        return f"best trial evaluated{f' on {split}' if split else ''}: top-1 {self.evaluation['top1']:.3f}"
+
     def summary(self) -> str:
         """What `vidtx sweep` prints."""
-        split_top1 = self.evaluation.get("top1", float("nan"))
         return "\n".join(
             [
                 f"sweep {self.name}: {len(self.trials)} trials, "
                 f"{sum(row.state == 'stopped early' for row in self.trials)} stopped early; "
                 f"best {self.best.run_name} ({self.metric} {self.best.metric:.4g})",
                 self.table(lambda row: row.mlflow_run_id or "none"),
-                f"best trial evaluated: top-1 {split_top1:.3f}; {self.version.summary()}",
+                f"{self.evaluation_text()}; {self.version.summary()}",
                 f"MLflow: parent run {self.parent_run_id} (the trials are nested under it)",
             ]
         )

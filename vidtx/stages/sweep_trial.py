@@ -1,7 +1,8 @@
 """One trial of a sweep, and what the sweep's driver does when a trial ends.
 
 A trial is a Ray Tune function (Ray Train V2's way of tuning a trainer): it trains the sweep's config
-with the trial's values through the same launcher as `vidtx train`, as the training run
+with the trial's values for `sweep.objective` (a classifier, or a pretraining) through the same
+launcher as `vidtx train`, as the training run
 `<sweep name>-<trial id>`, nested under the sweep's MLflow run. Ray Tune's `TuneReportCallback` hands
 each checkpoint's report (step, val_top1, val_loss, the checkpoint's path) to the Tuner, where the
 scheduler decides. A trial runs in an actor of its own; Ray Train's controller and workers are its
@@ -58,7 +59,13 @@ def run_trial(values: dict[str, Any], plan: dict[str, Any]) -> None:
         ray.tune.report(finished.metrics)
         return
     tags = trial_tags(sweep.sweep_name, sweep.parent_run_id, trial_id)
-    train(config, run_name=run_name, tags=tags, callbacks=[TuneReportCallback()])
+    train(
+        config,
+        run_name=run_name,
+        tags=tags,
+        callbacks=[TuneReportCallback()],
+        objective=sweep.config.sweep.objective,
+    )
 
 
 class TrialEnds(ray.tune.Callback):

@@ -28,6 +28,7 @@ from vidtx.processes import stopped_from_outside
 from vidtx.ray_session import is_jobs_api
 from vidtx.tracking.datasets import log_dataset_inputs
 from vidtx.tracking.lineage import INIT_FROM_TAG, MANIFEST_HASH_TAG, OBJECTIVE_TAG
+from vidtx.tracking.model_registry import resolve_version
 from vidtx.tracking.runs import (
     BEST_CHECKPOINT_TAG,
     CHECKPOINT_TAG,
@@ -97,8 +98,10 @@ def _train_on_ray(
         OBJECTIVE_TAG: objective,
         **tags,
     }
-    if config.model.init_from:  # where the starting weights came from
-        lineage[INIT_FROM_TAG] = config.model.init_from
+    if where := config.model.init_from:  # where the starting weights came from: a version, not an alias
+        lineage[INIT_FROM_TAG] = (
+            resolve_version(where, tracking_uri) if where.startswith("models:/") else where
+        )
     end_orphaned_runs(client, config.tracking.experiment)
     run_id = start_or_resume_run(client, config, run_name, lineage)
     splits = [("training", source.shards, source.manifest) for source in data.sources]

@@ -1,4 +1,5 @@
-"""The MLflow Model Registry: log a trained model, register a version, move the aliases.
+"""The MLflow Model Registry: log a trained model (or a pretrained encoder), register a version, move
+the aliases; read a registered model back, and an alias as the version it names now.
 
 Every new version whose top-1 is above the floor (`registry.min_top1`, by default chance) gets alias
 `challenger`; one at or below it is registered without an alias. `champion` moves to a challenger only
@@ -14,6 +15,7 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 import mlflow
 from mlflow import MlflowClient
@@ -25,11 +27,14 @@ from vidtx.config import PipelineConfig, RegistryConfig
 from vidtx.eval.report import render_results
 from vidtx.models import count_flops
 from vidtx.results import EvalResult, ModelVersionInfo
-from vidtx.serving.classifier import VideoClassifier
-from vidtx.serving.packaging import log_classifier, read_classifier
-from vidtx.tracking.runs import mlflow_uris
+from vidtx.serving.packaging import log_video_model, read_video_model
+from vidtx.serving.video_model import ServedVideoModel
+from vidtx.tracking.lineage import MANIFEST_HASH_TAG, OBJECTIVE_TAG
+from vidtx.tracking.runs import mlflow_uris, sqlite_file
 
 logger = logging.getLogger(__name__)
+
+POINT_ELSEWHERE = "point --tracking-uri (or MLFLOW_TRACKING_URI) at the store the model was registered in"
 
 CARD_FILE = "MODEL_CARD.md"
 METRIC_TAG = "vidtx.metric.{}"
@@ -67,6 +72,18 @@ multiply-adds), input clips (B, 3, {config.data.num_frames}, {config.data.crop_s
 {render_results(result)}
 
 Promotion metric: `{config.registry.metric}` of the `{result.primary}` ensemble.
+"""
+
+
+def encoder_card(config: PipelineConfig, params: int, run_id: str) -> str:
+    """The description of a pretrained encoder's version: what it is and how a fine-tune starts from it."""
+    pretrain, data = config.pretrain, config.data
+    return f"""Pretrained video encoder {config.model.name} ({params / 1e6:.2f} M parameters): the encoder of a masked
+autoencoder (mask ratio {pretrain.mask_ratio:g}, {pretrain.masking} masking), pretrained on {data.shards} without labels,
+clips (B, 3, {data.num_frames}, {data.crop_size}, {data.crop_size}). Pretraining run {run_id}.
+
+Fine-tune: model.name={config.model.name}, model.init_from=models:/{pretrain.model_name}@{pretrain.alias} (a new
+head; another frame count or crop size resizes the position tables). Served, it answers one embedding per video.
 """
 
 
@@ -124,7 +141,7 @@ def register(
         with mlflow.start_run(run_id=run_id):
             card_file = {CARD_FILE: f"# {registry.model_name}\n\n{card}"}
             # the logged model is named as the registered one
-            info = log_classifier(model, config, result.class_names, registry.model_name, card_file)
+            info = log_video_model(model, config, result.class_names, registry.model_name, card_file)
         with _without_mlflow_prints():
             version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
     # the registry's pages show a description as it is written: the card without code marks
@@ -152,10 +169,83 @@ def register(
     )
 
 
-def load_registered_model(model_uri: str, tracking_uri: str | None = None) -> VideoClassifier:
-    """`models:/<name>@<alias>` (or `/<version>`) as the classifier: its network (`.module`), config and
-    class names, read from the model's artifacts without MLflow's pyfunc loader."""
+def register_encoder(
+    encoder: nn.Module, config: PipelineConfig, *, client: MlflowClient, run_id: str
+) -> ModelVersionInfo:
+    """Log a pretraining's `encoder` (decoder dropped) into its run `run_id`, register it under
+    `pretrain.model_name` and move `pretrain.alias` to it: the newest pretraining is the one a fine-tune's
+    `models:/<name>@<alias>` starts from. Its lineage: the version's run, and the tags of that run
+    (the data's manifest hash, the git commit)."""
+    pretrain = config.pretrain
+    encoder = encoder.eval().float().cpu()
+    card = encoder_card(config, sum(p.numel() for p in encoder.parameters()), run_id)
+    run = client.get_run(run_id)
+    tags = {OBJECTIVE_TAG: "masked_autoencoding"} | {
+        tag: run.data.tags[tag] for tag in (MANIFEST_HASH_TAG,) if tag in run.data.tags
+    }
+    with mlflow_uris(client.tracking_uri):
+        with mlflow.start_run(run_id=run_id):
+            info = log_video_model(
+                encoder, config, None, pretrain.model_name, {CARD_FILE: f"# {pretrain.model_name}\n\n{card}"}
+            )
+        with _without_mlflow_prints():
+            version = mlflow.register_model(info.model_uri, pretrain.model_name, tags=tags).version
+    client.update_model_version(pretrain.model_name, version, description=card)
+    client.set_registered_model_alias(pretrain.model_name, pretrain.alias, version)
+    reason = f"the newest pretraining gets alias {pretrain.alias}"
+    logger.info("registered the encoder %s v%s (%s)", pretrain.model_name, version, pretrain.alias)
+    return ModelVersionInfo(
+        pretrain.model_name,
+        str(version),
+        f"models:/{pretrain.model_name}/{version}",
+        [pretrain.alias],
+        False,
+        reason,
+        run_id,
+    )
+
+
+def load_registered_model(model_uri: str, tracking_uri: str | None = None) -> ServedVideoModel:
+    """`models:/<name>@<alias>` (or `/<version>`) as the served model, a classifier or a pretrained
+    encoder: its network (`.module`), config and class names (None for an encoder), read from the
+    model's artifacts without MLflow's pyfunc loader."""
     uris = mlflow_uris(tracking_uri) if tracking_uri else contextlib.nullcontext()
     with uris, tempfile.TemporaryDirectory() as directory:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=directory))
-        return read_classifier(local)
+        return read_video_model(local)
+
+
+class RegisteredModelNotFoundError(ValueError):
+    """The registered model is not in the registry that was looked at; the message names its URI."""
+
+
+def _local_store(uri: str) -> Path | None:
+    """The database file or folder of a local tracking store (sqlite:///, file:, a path), else None."""
+    if (database := sqlite_file(uri)) is not None:
+        return database
+    parsed = urlparse(uri)
+    return Path(parsed.path) if parsed.scheme in ("", "file") else None
+
+
+def resolve_version(model_uri: str, tracking_uri: str) -> str:
+    """`models:/<name>@<alias>` as `models:/<name>/<version>` (the version the alias names now), or
+    RegisteredModelNotFoundError naming the registry; a local store that does not exist is reported,
+    not created."""
+    store = _local_store(tracking_uri)
+    if store is not None and not store.exists():
+        raise RegisteredModelNotFoundError(
+            f"{model_uri}: no MLflow registry at {tracking_uri} ({store.absolute()} does not exist); "
+            f"{POINT_ELSEWHERE}"
+        )
+    name, _, alias = model_uri.removeprefix("models:/").partition("@")
+    if not alias:
+        return model_uri
+    try:
+        with mlflow_uris(tracking_uri):
+            version = MlflowClient().get_model_version_by_alias(name, alias).version
+    except MlflowException as err:
+        reason = err.message.strip().splitlines()[0]
+        raise RegisteredModelNotFoundError(
+            f"{model_uri}: not found in the MLflow registry at {tracking_uri} ({reason}); {POINT_ELSEWHERE}"
+        ) from err
+    return f"models:/{name}/{version}"

@@ -8,16 +8,15 @@ the submitter reads it when the job has ended.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
 
 from vidtx import storage
-from vidtx.config import PipelineConfig
+from vidtx.config import Objective, PipelineConfig
 from vidtx.locations import location
 
 RESULT_FILE = "vidtx-result.json"
-Objective = Literal["classification", "masked_autoencoding"]  # what a run learns: vidtx.train.objectives
 
 
 class WorkerPayload(BaseModel):
