@@ -298,7 +298,6 @@ def test_a_sweep_run_from_the_ui_ends_its_log_with_the_trials_the_best_and_the_v
     """A sweep started as the UI's Run button does: its flow run's own log (not only the worker's
     file) ends with each trial's values and metric with its MLflow run, the best trial, the version
     registered and the sweep in MLflow; the same as the run's artifact."""
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
     from vidtx.shard.synthetic import generate_dataset
@@ -318,7 +317,7 @@ def test_a_sweep_run_from_the_ui_ends_its_log_with_the_trials_the_best_and_the_v
     # The flow run's process ships its log records to the API in batches, the last ones as it exits,
     # which may be after its Completed state is in: read until the engine's last record has arrived.
     deadline = time.monotonic() + 60
-    with get_client(sync_client=True) as client:
+    with stack.prefect() as client:
         while True:
             logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
             ended = any(
