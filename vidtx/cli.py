@@ -187,6 +187,15 @@ def register(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: Chec
     typer.echo(evaluate_run(load(config, overrides), checkpoint, register=True))
 
 
+@app.command(cls=reads("export"))
+def export(config: ConfigArg, overrides: OverridesOpt = None, checkpoint: CheckpointOpt = None) -> None:
+    """The network as ONNX (dynamic batch), checked in onnxruntime against PyTorch on decoded clips;
+    a registered model's version gets the file and the figure."""
+    from vidtx.stages.export import export_trained
+
+    typer.echo(export_trained(load(config, overrides), checkpoint).summary())
+
+
 @app.command(cls=reads("predict"))
 def predict(
     videos: Annotated[list[str], typer.Argument(help="Videos, folders, CSV lists; here or in a bucket.")],

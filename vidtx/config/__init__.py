@@ -13,6 +13,7 @@ from vidtx.config.data import (
     SourceConfig,
     SynthConfig,
 )
+from vidtx.config.export import ExportConfig
 from vidtx.config.loading import (
     apply_overrides,
     deep_merge,
@@ -56,6 +57,7 @@ __all__ = [
     "Distribution",
     "Ensemble",
     "EvalConfig",
+    "ExportConfig",
     "ModelConfig",
     "Objective",
     "OptimizerConfig",

@@ -49,11 +49,12 @@ COMMAND_SECTIONS: dict[str, tuple[str, ...]] = {
     "shard": ("shard", "storage"),
     "train": (*_RUN, "data", "model", "train"),
     "evaluate": (*_RUN, "data", "model", "train", "eval"),
-    "register": (*_RUN, "data", "model", "train", "eval", "registry"),
+    "register": (*_RUN, "data", "model", "train", "eval", "registry", "export"),
+    "export": (*_RUN, "data", "model", "train", "eval", "export"),
     "predict": ("predict", "eval", "storage"),
     "pipeline": tuple(section for section in SECTIONS if section not in ("predict", "sweep", "pretrain")),
     "pretrain": (*_RUN, "data", "model", "train", "pretrain"),
-    "sweep": (*_RUN, "data", "model", "train", "eval", "registry", "pretrain", "sweep"),
+    "sweep": (*_RUN, "data", "model", "train", "eval", "registry", "export", "pretrain", "sweep"),
     "plan": ("data", "model", "train"),
 }
 

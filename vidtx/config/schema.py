@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from vidtx.config.base import StrictModel
 from vidtx.config.data import DataConfig, ShardConfig, SynthConfig
+from vidtx.config.export import ExportConfig
 from vidtx.config.pretrain import PretrainConfig
 from vidtx.config.sweep import SweepConfig, with_values
 from vidtx.config.training import ModelConfig, TrainConfig
@@ -70,6 +71,11 @@ class RegistryConfig(StrictModel):
             "Top-1 accuracy a version needs to get an alias (challenger, then maybe champion); None: "
             "better than chance (1 / number of classes). Top-1 whatever `metric` is: its chance level is known."
         ),
+    )
+    export_onnx: bool = Field(
+        False,
+        description="Also export each new version to ONNX (the `export` section), checked in onnxruntime, "
+        "and log the file and its largest logit difference to the version.",
     )
 
 
@@ -150,6 +156,7 @@ class PipelineConfig(StrictModel):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     predict: PredictConfig = Field(default_factory=PredictConfig)
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)  # last: its check reads every other section
 
     @field_validator("sweep")
