@@ -8,11 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from vidtx import storage
+from vidtx.models.heads import classifier_layer
 from vidtx.serving.classifier import OUTPUT_COLUMNS
+from vidtx.tracking.model_registry import load_registered_model
 
 pytestmark = pytest.mark.slow
 MODEL = "models:/predict-test@champion"
@@ -41,13 +44,23 @@ def test_a_folder_and_a_csv_list_become_one_parquet_table(
     listed.write_text("path,label\nvideos/a/0.mp4,x\nvideos/missing.mp4,y\n")  # relative to the CSV
     output = tmp_path / "out" / "predictions.parquet"
     model = ("--model", MODEL, "--tracking-uri", registered_model)
-    result = vidtx("predict", str(video_folder), str(listed), *model, "--top-k", "2", "--output", str(output))
+    result = vidtx(
+        "predict", str(video_folder), str(listed), *model, "--top-k", "2", "--output", str(output),
+        "--set", "predict.embeddings=true",
+    )  # fmt: skip
     assert result.returncode == 1, result.stderr  # two videos could not be read
     assert result.stdout.splitlines()[-1] == (
         f"6 videos scored by models:/predict-test/1, 2 unreadable, table {output}"
     )
     rows = table(output)
-    assert list(pq.read_schema(output).names) == ["path", *OUTPUT_COLUMNS]
+    schema = pq.read_schema(output)
+    assert list(schema.names) == ["path", *OUTPUT_COLUMNS]
+    registered = load_registered_model(MODEL, registered_model)
+    width = classifier_layer(registered.module, len(registered.class_names))[
+        1
+    ].in_features  # the pre-logits embedding: a vector index's rows
+    assert schema.field("embedding").type == pa.list_(pa.float32())
+    assert schema.field("embedding").metadata == {b"dim": str(width).encode()}
     assert rows["path"].tolist() == sorted(
         [*(str(video_folder / n) for n in ("a/0.mp4", "a/1.mp4", "b/2.mp4", "b/bad.mp4", "a/0.mp4")),
          str(tmp_path / "videos/missing.mp4")]
@@ -60,6 +73,8 @@ def test_a_folder_and_a_csv_list_become_one_parquet_table(
     assert errors[str(tmp_path / "videos/missing.mp4")] == "No such file or directory"
     assert errors[str(video_folder / "b/bad.mp4")]
     assert rows[rows["error"].notna()]["label"].isna().all()
+    assert rows[rows["error"].notna()]["embedding"].isna().all()
+    assert all(len(embedding) == width for embedding in good["embedding"])
 
 
 def test_a_bucket_prefix_scored_on_ray_gives_the_rows_scored_here(

@@ -32,6 +32,7 @@ from infra.local.ports import free_port
 from vidtx.eval.multiview import predict_split
 from vidtx.manifest import load_manifest
 from vidtx.models import load_checkpoint
+from vidtx.models.heads import classifier_layer
 from vidtx.serving import packaging as logged
 from vidtx.serving.classifier import OUTPUT_COLUMNS
 from vidtx.stages.trained_model import load_trained_model
@@ -83,6 +84,19 @@ def test_pyfunc_answers_labels_scores_and_an_error_per_video(
     by_path = pyfunc.predict(pd.DataFrame({"video": [str(path)]}), params={"top_k": 3}).iloc[0]
     assert by_path["top_k_labels"] == good["top_k_labels"]
     assert by_path["top_k_scores"] == pytest.approx(good["top_k_scores"])
+    # on request, each video's pre-logits embedding: the classifier layer maps it to the mean logits
+    assert good["embedding"] is None
+    embedded = pyfunc.predict(pd.DataFrame({"video": videos}), params={"top_k": 3, "embedding": True})
+    assert embedded["embedding"][1] is None
+    served = pyfunc.unwrap_python_model()
+    _, layer = classifier_layer(served.module, len(classes))
+    embedding = torch.tensor(embedded["embedding"][0])
+    assert embedding.shape == (layer.in_features,)
+    views = {key: served.default_params()[key] for key in ("num_clips", "num_crops")}
+    with torch.no_grad():
+        torch.testing.assert_close(
+            layer(embedding), served.view_logits(videos[0], **views).mean(0), atol=1e-5, rtol=0
+        )
 
 
 def test_the_served_logits_are_evaluations_for_the_same_video(registered_model: str) -> None:

@@ -96,6 +96,7 @@ class Classification:
     top_k_labels: list[str] = dataclasses.field(default_factory=list)
     top_k_scores: list[float] = dataclasses.field(default_factory=list)
     error: str | None = None
+    embedding: list[float] | None = None  # the pre-logits features, when asked for
 
 
 @dataclasses.dataclass

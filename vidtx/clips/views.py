@@ -61,6 +61,20 @@ def view_logits(model: nn.Module, data: DataConfig, views: torch.Tensor) -> torc
     return model(clips).float()  # clips (N, C, T, H, W) -> (N, K)
 
 
+def view_logits_and_pre_logits(
+    model: nn.Module, classifier: nn.Linear, data: DataConfig, views: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`view_logits`, and what `classifier` (the model's last layer) was given: the pre-logits
+    embeddings (N, D), float32, from the same forward pass."""
+    given: list[torch.Tensor] = []
+    hook = classifier.register_forward_pre_hook(lambda _, inputs: given.append(inputs[0]))
+    try:
+        logits = view_logits(model, data, views)
+    finally:
+        hook.remove()
+    return logits, given[0].float()
+
+
 @torch.no_grad()
 def view_embeddings(model: nn.Module, data: DataConfig, views: torch.Tensor) -> torch.Tensor:
     """Float32 features (N, D) of uint8 clips (N, T, H, W, C): the network's final features before any

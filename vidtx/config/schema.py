@@ -123,6 +123,12 @@ class PredictConfig(StrictModel):
         None, description="Write the predictions here: a .parquet or .csv file, here or in a bucket."
     )
     top_k: int = Field(5, ge=1, description="Classes kept per video (top_k_labels, top_k_scores).")
+    embeddings: bool = Field(
+        False,
+        description="Also write each video's pre-logits embedding (the mean over its views) as column "
+        "`embedding`: in Parquet a list of float32 (its length in the field's metadata), ready for a "
+        "vector index.",
+    )
     batch_size: int = Field(8, ge=1, description="Videos per batch handed to a model replica.")
     ray_address: str | None = Field(
         None,

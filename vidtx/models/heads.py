@@ -1,4 +1,5 @@
-"""Classification heads: a linear classifier, temporal averaging, and X-ViT's temporal attention."""
+"""Classification heads: a linear classifier, temporal averaging, and X-ViT's temporal attention; and
+which layer of a model's head is its classifier (`classifier_layer`)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,13 @@ class TemporalAttentionHead(nn.Module):
         token = self.cls_token.expand(features.shape[0], -1, -1)  # (B, 1, D)
         z = self.blocks(torch.cat([token, features], dim=1))  # (B, 1 + T, D)
         return self.fc2(self.drop(self.act(self.fc1(self.norm(z[:, 0])))))
+
+
+def classifier_layer(model: nn.Module, num_classes: int) -> tuple[str, nn.Linear]:
+    """The name and module of the classifier of `model`'s head: its last linear layer with one output
+    per class (`head.fc` of the classifier heads, `head.fc2` of the temporal-attention head). Its
+    input is the model's pre-logits embedding."""
+    for name, module in reversed(list(model.named_modules())):
+        if name.startswith("head") and isinstance(module, nn.Linear) and module.out_features == num_classes:
+            return name, module
+    raise ValueError(f"{type(model).__name__} has no linear layer with {num_classes} outputs in its head")

@@ -1,9 +1,11 @@
 """The registered classifier as MLflow runs it: a pyfunc video classifier, encoded videos in, classes out.
 
-Input and views as every served model takes them (`vidtx.serving.video_model`), plus the param `top_k`
-(default 5). Output, one row per input row: `label` and `score` (the top class and its softmax
-probability, the mean over the views), `top_k_labels` and `top_k_scores` (best first), and `error`:
-None, or why that video could not be read, in which case the other columns are empty.
+Input and views as every served model takes them (`vidtx.serving.video_model`), plus the params
+`top_k` (default 5) and `embedding` (default false). Output, one row per input row: `label` and
+`score` (the top class and its softmax probability, the mean over the views), `top_k_labels` and
+`top_k_scores` (best first), `error`: None, or why that video could not be read, in which case the
+other columns are empty; and `embedding`, when asked for: the pre-logits features (what the
+classifier layer is given), the mean over the views, from the same forward pass.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from vidtx.clips.views import view_logits
+from vidtx.clips.views import view_logits, view_logits_and_pre_logits
 from vidtx.config import PipelineConfig
+from vidtx.models.heads import classifier_layer
 from vidtx.results import Classification
 from vidtx.serving.video_model import MODEL_FILES, VIDEO_ERRORS, ServedVideoModel, error_text
 
-OUTPUT_COLUMNS = ("label", "score", "top_k_labels", "top_k_scores", "error")
+OUTPUT_COLUMNS = ("label", "score", "top_k_labels", "top_k_scores", "error", "embedding")
 DEFAULT_TOP_K = 5
 
 
@@ -42,25 +45,27 @@ class VideoClassifier(ServedVideoModel):
         super()._load(files)
         self.class_names = json.loads(files["class_names"].read_text())
 
-    def default_params(self) -> dict[str, int]:
-        return {"top_k": DEFAULT_TOP_K} | super().default_params()
+    def default_params(self) -> dict[str, int | bool]:
+        return {"top_k": DEFAULT_TOP_K} | super().default_params() | {"embedding": False}
 
     def answer(self, video: bytes | str, **settings: int) -> Classification:
         return self.classify(video, **settings)
 
-    def classify(self, video: bytes | str, *, top_k: int, num_clips: int, num_crops: int) -> Classification:
+    def classify(
+        self, video: bytes | str, *, top_k: int, num_clips: int, num_crops: int, embedding: bool = False
+    ) -> Classification:
         try:
-            probabilities = self.probabilities(video, num_clips, num_crops)
+            views = self.views(video, num_clips, num_crops)
         except VIDEO_ERRORS as err:
             return Classification(error=error_text(err))
-        best = probabilities.topk(min(top_k, len(self.class_names)))
+        _, classifier = classifier_layer(self.module, len(self.class_names))
+        logits, pre_logits = view_logits_and_pre_logits(self.module, classifier, self.config.data, views)
+        best = logits.softmax(dim=-1).mean(dim=0).topk(min(top_k, len(self.class_names)))
         labels = [self.class_names[i] for i in best.indices.tolist()]
-        scores = best.values.tolist()
-        return Classification(labels[0], scores[0], labels, scores)
-
-    def probabilities(self, video: bytes | str, num_clips: int, num_crops: int) -> torch.Tensor:
-        """Softmax probabilities (K,), the mean over the video's test views."""
-        return self.view_logits(video, num_clips, num_crops).softmax(dim=-1).mean(dim=0)
+        features = pre_logits.mean(dim=0).tolist() if embedding else None  # (D,): the views' mean
+        return Classification(
+            labels[0], best.values.tolist()[0], labels, best.values.tolist(), embedding=features
+        )
 
     def view_logits(self, video: bytes | str, num_clips: int, num_crops: int) -> torch.Tensor:
         """Logits (num_clips * num_crops, K) of an encoded video or of the video a string names."""

@@ -6,7 +6,8 @@ encoder's `pyfunc_encoder.py` names `VideoEncoder`) with
   the pipeline config it was trained with (the preprocessing: frames, sampling, crop size, mean / std,
   views) and a classifier's class names;
 - code: a copy of the `vidtx` package, so the model loads where vidtx is not installed;
-- a signature (a binary column `video`, params `num_clips`, `num_crops` and a classifier's `top_k`,
+- a signature (a binary column `video`, params `num_clips`, `num_crops` and a classifier's `top_k` and
+  `embedding`,
   the output columns),
   an input example (a small MP4 made here) that must pass `mlflow.models.validate_serving_input`, and
   pip requirements pinned to the versions installed here.
@@ -72,14 +73,16 @@ OUTPUT_SPECS = {
     "score": ColSpec("double", "score", required=False),
     "top_k_labels": ColSpec(Array("string"), "top_k_labels"),
     "top_k_scores": ColSpec(Array("double"), "top_k_scores"),
-    "embedding": ColSpec(Array("double"), "embedding"),
+    "embedding": ColSpec(Array("double"), "embedding", required=False),
     "error": ColSpec("string", "error", required=False),
 }
 
 
-def signature(served: type[ServedVideoModel], default_params: dict[str, int]) -> ModelSignature:
+def signature(served: type[ServedVideoModel], default_params: dict[str, int | bool]) -> ModelSignature:
     outputs = [OUTPUT_SPECS[column] for column in served.OUTPUT_COLUMNS]
-    params = [ParamSpec(k, "long", v) for k, v in default_params.items()]
+    params = [
+        ParamSpec(k, "boolean" if isinstance(v, bool) else "long", v) for k, v in default_params.items()
+    ]
     return ModelSignature(Schema([ColSpec("binary", INPUT_COLUMN)]), Schema(outputs), ParamSchema(params))
 
 
@@ -122,7 +125,7 @@ def log_video_model(
     served, code = (VideoEncoder, ENCODER_CODE) if class_names is None else (VideoClassifier, CLASSIFIER_CODE)
     params = {"num_clips": config.eval.num_clips, "num_crops": config.eval.num_crops}
     if class_names is not None:
-        params = {"top_k": DEFAULT_TOP_K} | params
+        params = {"top_k": DEFAULT_TOP_K} | params | {"embedding": False}
     frame = pd.DataFrame({INPUT_COLUMN: [example_video(config)]})
     example = frame if class_names is None else (frame, {"top_k": 1})
     files = served.ARTIFACT_FILES

@@ -19,11 +19,12 @@ import pandas as pd
 from vidtx import storage
 from vidtx.config import PredictConfig, apply_overrides, validate_config
 from vidtx.locations import Location, location
+from vidtx.models.heads import classifier_layer
 from vidtx.results import PredictionSummary
 from vidtx.serving.classifier import VideoClassifier
 from vidtx.shard.annotations import read_csv_rows
 from vidtx.shard.folder import walk
-from vidtx.stages.scoring import score_here, table_writer
+from vidtx.stages.scoring import score_here, table_schema, table_writer
 from vidtx.tracking.model_registry import RegisteredModelNotFoundError, load_registered_model, resolve_version
 
 DEMO_TRACKING_URI = "sqlite:///runs/demo/mlflow.db"  # where `make demo` registers its model
@@ -104,7 +105,12 @@ def predict_videos(
     videos = expand_inputs(inputs)
     if not videos:
         raise ValueError(f"no videos to score in {', '.join(inputs)}")
-    views = {"top_k": predict.top_k, "num_clips": config.eval.num_clips, "num_crops": config.eval.num_crops}
+    views = {
+        "top_k": predict.top_k,
+        "num_clips": config.eval.num_clips,
+        "num_crops": config.eval.num_crops,
+        "embedding": predict.embeddings,
+    }
     if predict.ray_address:
         from vidtx.stages.ray_scoring import score_on_ray  # Ray only where it is asked for
 
@@ -112,7 +118,8 @@ def predict_videos(
     else:
         batches = score_here(classifier, videos, views, predict.batch_size)
     failed = 0
-    with table_writer(predict.output) as append:
+    embedding_dim = classifier_layer(classifier.module, len(classifier.class_names))[1].in_features
+    with table_writer(predict.output, table_schema(embedding_dim if predict.embeddings else None)) as append:
         for frame in batches:
             append(frame)
             for _, row in frame.iterrows():

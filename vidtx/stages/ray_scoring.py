@@ -16,8 +16,8 @@ import ray.data
 from vidtx.config import PredictConfig
 from vidtx.log import adopt_loggers
 from vidtx.ray_session import ray_session
-from vidtx.serving.classifier import VideoClassifier
-from vidtx.stages.scoring import PATH_COLUMN, TABLE_SCHEMA, scored
+from vidtx.serving.classifier import OUTPUT_COLUMNS, VideoClassifier
+from vidtx.stages.scoring import PATH_COLUMN, scored
 
 
 class _Replica:
@@ -47,4 +47,6 @@ def score_on_ray(
             num_gpus=1 if gpus else 0,
         )
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-            yield pd.DataFrame(batch.to_pylist(), columns=TABLE_SCHEMA.names, dtype=object)  # lists, None
+            yield pd.DataFrame(
+                batch.to_pylist(), columns=[PATH_COLUMN, *OUTPUT_COLUMNS], dtype=object
+            )  # lists, None

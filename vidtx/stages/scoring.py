@@ -19,17 +19,26 @@ from vidtx.serving.video_model import INPUT_COLUMN
 from vidtx.storage import name_of
 
 PATH_COLUMN = "path"
-TABLE_SCHEMA = pa.schema(
-    [
-        (PATH_COLUMN, pa.string()),
-        ("label", pa.string()),
-        ("score", pa.float64()),
-        ("top_k_labels", pa.list_(pa.string())),
-        ("top_k_scores", pa.list_(pa.float64())),
-        ("error", pa.string()),
-    ]
-)
+TABLE_COLUMNS = [
+    (PATH_COLUMN, pa.string()),
+    ("label", pa.string()),
+    ("score", pa.float64()),
+    ("top_k_labels", pa.list_(pa.string())),
+    ("top_k_scores", pa.list_(pa.float64())),
+    ("error", pa.string()),
+]
 TABLE_FORMATS = (".parquet", ".csv")
+LIST_COLUMNS = ("top_k_labels", "top_k_scores", "embedding")  # JSON in a CSV table
+
+
+def table_schema(embedding_dim: int | None = None) -> pa.Schema:
+    """The predictions table's columns; with `embedding_dim`, an `embedding` column: a list of that
+    many float32 per readable video (its field's metadata says how many), null for the others. (Not
+    Arrow's fixed-size list: pyarrow 25 writes its null rows to Parquet but cannot read them back.)"""
+    if not embedding_dim:
+        return pa.schema(TABLE_COLUMNS)
+    embedding = pa.field("embedding", pa.list_(pa.float32()), metadata={"dim": str(embedding_dim)})
+    return pa.schema([*TABLE_COLUMNS, embedding])
 
 
 def scored(classifier: VideoClassifier, paths: Sequence[str], views: dict[str, int]) -> pd.DataFrame:
@@ -48,9 +57,10 @@ def score_here(
 
 
 @contextlib.contextmanager
-def table_writer(where: Location | None) -> Iterator[Callable[[pd.DataFrame], None]]:
-    """A function that appends rows to the predictions table at `where` (.parquet, or .csv with the
-    lists as JSON); the table appears complete when the block ends, or not at all. None: no table."""
+def table_writer(where: Location | None, schema: pa.Schema) -> Iterator[Callable[[pd.DataFrame], None]]:
+    """A function that appends rows (the columns of `schema`) to the predictions table at `where`
+    (.parquet, or .csv with the lists as JSON); the table appears complete when the block ends, or not
+    at all. None: no table."""
     if where is None:
         yield lambda frame: None
         return
@@ -59,16 +69,16 @@ def table_writer(where: Location | None) -> Iterator[Callable[[pd.DataFrame], No
         raise ValueError(f"predict.output: {where}: the table is written as .parquet or .csv")
     with storage.staged(where) as local, replaced(local) as temporary:
         if suffix == ".parquet":
-            with pq.ParquetWriter(temporary, TABLE_SCHEMA) as writer:
+            with pq.ParquetWriter(temporary, schema) as writer:
                 yield lambda frame: writer.write_table(
-                    pa.Table.from_pandas(frame, TABLE_SCHEMA, preserve_index=False)
+                    pa.Table.from_pandas(frame[schema.names], schema, preserve_index=False)
                 )
             return
         with temporary.open("w", newline="") as file:
-            file.write(",".join(TABLE_SCHEMA.names) + "\n")
+            file.write(",".join(schema.names) + "\n")
 
             def append(frame: pd.DataFrame) -> None:
-                lists = {name: frame[name].map(json.dumps) for name in ("top_k_labels", "top_k_scores")}
-                frame.assign(**lists).to_csv(file, header=False, index=False)
+                lists = {name: frame[name].map(json.dumps) for name in LIST_COLUMNS if name in schema.names}
+                frame[schema.names].assign(**lists).to_csv(file, header=False, index=False)
 
             yield append

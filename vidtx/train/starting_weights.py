@@ -31,6 +31,7 @@ from vidtx.config import ConfigError, PipelineConfig
 from vidtx.files import one_line
 from vidtx.locations import location
 from vidtx.models import VideoTransformer
+from vidtx.models.heads import classifier_layer
 from vidtx.nn import resize_pos_embed
 from vidtx.tracking.runs import resolve_tracking_uri, sqlite_file
 from vidtx.train.checkpoint import TrainedModel, trained_model
@@ -62,14 +63,9 @@ class StartReport:
 
 
 def classifier_names(model: nn.Module, num_classes: int) -> list[str]:
-    """The names of the classifier's tensors: those of the last linear layer under `head` with one
-    output per class (`head.fc` of the classifier heads, `head.fc2` of the temporal-attention head)."""
-    (name, _), *_ = [
-        (name, module)
-        for name, module in reversed(list(model.named_modules()))
-        if name.startswith("head") and isinstance(module, nn.Linear) and module.out_features == num_classes
-    ]
-    return [f"{name}.{tensor}" for tensor, _ in model.get_submodule(name).named_parameters()]
+    """The names of the classifier's tensors (`vidtx.models.heads.classifier_layer`)."""
+    name, layer = classifier_layer(model, num_classes)
+    return [f"{name}.{tensor}" for tensor, _ in layer.named_parameters()]
 
 
 def start_from(
