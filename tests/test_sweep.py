@@ -67,6 +67,16 @@ def test_vidtx_sweep_of_a_bad_space_is_one_line_exit_2_and_starts_nothing(vidtx,
     assert not (tmp_path / "run").exists()  # no MLflow store, no Ray results: nothing started
 
 
+def test_a_grace_period_longer_than_the_training_is_one_line_naming_both(vidtx, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(dump_config(load_config(None, [f"workdir={tmp_path / 'run'}", "train.max_steps=6"])))
+    done = vidtx("sweep", str(config), "--set", "sweep.space={train.optimizer.lr: {choice: [0.001, 0.002]}}")
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: sweep.scheduler.grace_steps 20 is more than train.max_steps 6: "), line
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_space_becomes_tunes_and_the_trials_at_once_are_what_the_cluster_fits(
     tiny_dataset: PipelineConfig,
 ) -> None:

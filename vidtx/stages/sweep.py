@@ -58,9 +58,16 @@ def default_sweep_name(config: PipelineConfig) -> str:
 
 def check_space(config: PipelineConfig) -> None:
     """What the schema cannot check: every model a trial may build exists in the zoo (its preset and
-    options), and a pretraining's masked autoencoder can wrap it; ConfigError names the key and the value."""
+    options), and a pretraining's masked autoencoder can wrap it; ASHA's grace period fits in the
+    training. ConfigError names the key and the value."""
     check = check_pretrain_config if config.sweep.objective == "masked_autoencoding" else check_model_config
     check(config)
+    scheduler, max_steps = config.sweep.scheduler, config.train.max_steps
+    if scheduler.name == "asha" and scheduler.grace_steps > max_steps:
+        raise ConfigError(
+            f"sweep.scheduler.grace_steps {scheduler.grace_steps} is more than train.max_steps {max_steps}: "
+            "ASHA would never compare the trials; lower the grace steps or set sweep.scheduler.name=none"
+        )
     if not config.sweep.space:
         raise ConfigError("sweep.space: empty; name the settings to search, e.g. train.optimizer.lr")
     for key, distribution in config.sweep.space.items():  # data.num_frames builds another model too
