@@ -42,6 +42,7 @@ BENCHMARKS = [
     "demo_augmentation",
     "sweeps",
     "pretraining",
+    "pretraining_gain",
 ]
 QUICK_DIR = REPO_ROOT / "runs" / "bench-quick"
 INDEX_HEADER = (
