@@ -43,6 +43,8 @@ BENCHMARKS = [
     "sweeps",
     "pretraining",
     "pretraining_gain",
+    "onnx_runtime",
+    "long_videos",
 ]
 QUICK_DIR = REPO_ROOT / "runs" / "bench-quick"
 INDEX_HEADER = (

@@ -11,9 +11,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from vidtx import storage
 from vidtx.models.heads import classifier_layer
+from vidtx.results import WindowClassification
 from vidtx.serving.classifier import OUTPUT_COLUMNS
 from vidtx.tracking.model_registry import load_registered_model
 
@@ -106,3 +108,52 @@ def test_a_bucket_prefix_scored_on_ray_gives_the_rows_scored_here(
         assert json.loads(row["top_k_labels"]) == list(want["top_k_labels"])
         assert json.loads(row["top_k_scores"]) == pytest.approx(list(want["top_k_scores"]), abs=1e-6)
         assert row["label"] == want["label"]
+
+
+def test_a_long_video_is_scored_window_by_window_then_as_a_whole(
+    vidtx, registered_model: str, write_mp4: Callable[..., Path], tmp_path: Path
+) -> None:
+    """10 s at 8 fps, windows of 4 s every 2 s: [0, 4), [2, 6), [4, 8), [6, 10), each from its own
+    views, then the video's row, the mean of the windows' probabilities; a window longer than the
+    video is one window, and its row says so."""
+    video = write_mp4(tmp_path / "long.mp4", num_frames=80, width=32, height=32, fps=8.0)
+    classifier = load_registered_model(MODEL, registered_model)
+    classes = len(classifier.class_names)
+    views = {"top_k": classes, "num_clips": 1, "num_crops": 1}
+    rows = classifier.classify_windows(str(video), window=4, hop=2, embedding=True, **views)
+    assert [(row.window, row.start, row.end) for row in rows] == [
+        (0, 0.0, 4.0), (1, 2.0, 6.0), (2, 4.0, 8.0), (3, 6.0, 10.0), (None, 0.0, 10.0)
+    ]  # fmt: skip
+    assert all(row.error is None and row.note is None for row in rows)
+
+    def distribution(row: WindowClassification) -> torch.Tensor:
+        order = sorted(range(classes), key=lambda i: row.top_k_labels[i])
+        return torch.tensor([row.top_k_scores[i] for i in order])
+
+    *windows, whole = rows
+    torch.testing.assert_close(distribution(whole), torch.stack([distribution(w) for w in windows]).mean(0))
+    torch.testing.assert_close(
+        torch.tensor(whole.embedding), torch.tensor([w.embedding for w in windows]).mean(0)
+    )
+    (one, whole) = classifier.classify_windows(str(video), window=30, hop=30, **views)
+    assert (one.window, one.start, one.end) == (0, 0.0, 10.0)
+    assert one.note == whole.note == "predict.window 30 s covers the whole video (10.00 s): one window"
+
+    # `vidtx predict` writes the same rows, the window's place in each, and prints where each is
+    output = tmp_path / "windows.parquet"
+    model = ("--model", MODEL, "--tracking-uri", registered_model)
+    done = vidtx(
+        "predict", str(video), *model, "--output", str(output),
+        "--set", "predict.window=4", "--set", "predict.hop=2",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"{video} [window 3: 6.00-10.00 s]" in done.stdout.splitlines()
+    assert f"{video} [whole video: 0.00-10.00 s]" in done.stdout.splitlines()
+    assert done.stdout.splitlines()[-1].startswith("1 videos scored by models:/predict-test/1")
+    table = pq.read_table(output).to_pandas()
+    assert list(table.columns[:5]) == ["path", "window", "start", "end", "note"]
+    assert table["start"].tolist() == [0.0, 2.0, 4.0, 6.0, 0.0]
+    assert table["window"].isna().tolist() == [False] * 4 + [True]
+    hop_alone = vidtx("predict", str(video), *model, "--set", "predict.hop=2")
+    assert hop_alone.returncode == 2
+    assert "predict: hop 2 without a window: set predict.window too" in hop_alone.stderr

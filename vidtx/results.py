@@ -100,6 +100,17 @@ class Classification:
 
 
 @dataclasses.dataclass
+class WindowClassification(Classification):
+    """A row of a long video scored window by window: one window's, or (`window` None) the whole
+    video's, aggregated from its windows (the mean of their probabilities and embeddings)."""
+
+    window: int | None = None
+    start: float | None = None  # seconds
+    end: float | None = None
+    note: str | None = None  # e.g. a window longer than the video: one window
+
+
+@dataclasses.dataclass
 class Embedding:
     """One video's row of a served encoder's output: its features, or only `error`."""
 

@@ -35,22 +35,32 @@ def frames_at(video: Video, indices: np.ndarray) -> np.ndarray:
     return frames[inverse.reshape(indices.shape)]
 
 
-def test_views(video: Video, cfg: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
-    """The multi-view test protocol for one video: uint8 views (clips * crops, T, crop, crop, C).
+def test_views(
+    video: Video, cfg: DataConfig, num_clips: int, num_crops: int, span: tuple[int, int]
+) -> torch.Tensor:
+    """The multi-view test protocol over frames [first, last) of `span` of a video (all of them, or
+    a window of a long video): uint8 views (clips * crops, T, crop, crop, C). Only the frames the
+    views use are decoded.
 
     `video` must be decoded with its short side at `cfg.crop_size`, so the crops cover the frame.
     """
+    first, last = span
     sampler = FrameSampler(cfg.sampling, cfg.num_frames, cfg.frame_stride)
     transform = EvalTransform(cfg.crop_size, num_crops)
-    clips = frames_at(video, sampler.test(video.num_frames, num_clips))  # (clips, T, H, W, 3)
+    clips = frames_at(video, first + sampler.test(last - first, num_clips))  # (clips, T, H, W, 3)
     return torch.cat([transform(frames) for frames in clips])
+
+
+def open_payload(payload: bytes, data: DataConfig) -> Video:
+    """An encoded video, checked readable and opened at the crop's short side."""
+    info = probe_video(payload)
+    return open_encoded(payload, (info.width, info.height), data.crop_size, data.decode_threads)
 
 
 def video_views(payload: bytes, data: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
     """The test views of an encoded video: uint8 (num_clips * num_crops, T, crop, crop, C)."""
-    info = probe_video(payload)
-    video = open_encoded(payload, (info.width, info.height), data.crop_size, data.decode_threads)
-    return test_views(video, data, num_clips, num_crops)
+    video = open_payload(payload, data)
+    return test_views(video, data, num_clips, num_crops, (0, video.num_frames))
 
 
 @torch.no_grad()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from vidtx.config.base import StrictModel
 from vidtx.config.data import DataConfig, ShardConfig, SynthConfig
@@ -123,6 +123,17 @@ class PredictConfig(StrictModel):
         None, description="Write the predictions here: a .parquet or .csv file, here or in a bucket."
     )
     top_k: int = Field(5, ge=1, description="Classes kept per video (top_k_labels, top_k_scores).")
+    window: float | None = Field(
+        None,
+        gt=0,
+        description="Score long videos window by window: windows of this many seconds, a row each (start, "
+        "end), then the video's row from their mean (None: one row from views over the whole video).",
+    )
+    hop: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds from one window's start to the next (None: predict.window, no overlap).",
+    )
     embeddings: bool = Field(
         False,
         description="Also write each video's pre-logits embedding (the mean over its views) as column "
@@ -140,6 +151,12 @@ class PredictConfig(StrictModel):
         ge=1,
         description="Model replicas (Ray actors) on the cluster (None: one per GPU, else per node).",
     )
+
+    @model_validator(mode="after")
+    def _hop_goes_with_a_window(self) -> PredictConfig:
+        if self.hop is not None and self.window is None:
+            raise ValueError(f"hop {self.hop:g} without a window: set predict.window too")
+        return self
 
 
 class PipelineConfig(StrictModel):

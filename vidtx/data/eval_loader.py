@@ -50,7 +50,7 @@ def _eval_views(
     for sample in samples:
         try:
             video, meta = open_sample(sample, cfg.crop_size, cfg.decode_threads)
-            views = test_views(video, cfg, num_clips, num_crops)
+            views = test_views(video, cfg, num_clips, num_crops, (0, video.num_frames))
             label = relabel(labels, int(meta["label"]))
         except (*SAMPLE_ERRORS, IndexError) as err:
             log.warning("skipping evaluation sample %s: %s", sample_name(sample), err)

@@ -17,10 +17,11 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from vidtx.clips.views import view_logits, view_logits_and_pre_logits
+from vidtx.clips.views import test_views, view_logits, view_logits_and_pre_logits
+from vidtx.clips.windows import plan_windows
 from vidtx.config import PipelineConfig
 from vidtx.models.heads import classifier_layer
-from vidtx.results import Classification
+from vidtx.results import Classification, WindowClassification
 from vidtx.serving.video_model import MODEL_FILES, VIDEO_ERRORS, ServedVideoModel, error_text
 
 OUTPUT_COLUMNS = ("label", "score", "top_k_labels", "top_k_scores", "error", "embedding")
@@ -58,14 +59,62 @@ class VideoClassifier(ServedVideoModel):
             views = self.views(video, num_clips, num_crops)
         except VIDEO_ERRORS as err:
             return Classification(error=error_text(err))
+        probabilities, pre_logits = self.scores(views)
+        return self.ranked(probabilities, pre_logits if embedding else None, top_k)
+
+    def classify_windows(
+        self,
+        video: bytes | str,
+        *,
+        window: float,
+        hop: float,
+        top_k: int,
+        num_clips: int,
+        num_crops: int,
+        embedding: bool = False,
+    ) -> list[WindowClassification]:
+        """A row per window of `window` seconds every `hop` seconds (`vidtx.clips.windows`), each from
+        its own test views, then the video's row: the mean of the windows' probabilities (and
+        embeddings). One row with the error for a video that cannot be read; a window whose frames
+        cannot be decoded is a row with its error, and the others go on."""
+        try:
+            decoded = self.open(video)
+        except VIDEO_ERRORS as err:
+            return [WindowClassification(error=error_text(err))]
+        windows, note = plan_windows(decoded.num_frames, decoded.fps, window, hop)
+        rows, scores = [], []
+        for span in windows:
+            where = {"window": span.index, "start": span.start, "end": span.end, "note": note}
+            try:
+                views = test_views(decoded, self.config.data, num_clips, num_crops, (span.first, span.last))
+            except VIDEO_ERRORS as err:
+                rows.append(WindowClassification(error=error_text(err), **where))
+                continue
+            probabilities, pre_logits = self.scores(views)
+            scores.append((probabilities, pre_logits))
+            ranked = self.ranked(probabilities, pre_logits if embedding else None, top_k)
+            rows.append(WindowClassification(**vars(ranked), **where))
+        if not scores:
+            return [*rows, WindowClassification(error="no window could be decoded", note=note)]
+        mean = [torch.stack(column).mean(dim=0) for column in zip(*scores, strict=True)]
+        whole = self.ranked(mean[0], mean[1] if embedding else None, top_k)
+        duration = windows[-1].end
+        return [*rows, WindowClassification(**vars(whole), start=0.0, end=duration, note=note)]
+
+    def scores(self, views: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The softmax probabilities (K,) and pre-logits embedding (D,) of a video's views, each the
+        mean over the views, from one forward pass."""
         _, classifier = classifier_layer(self.module, len(self.class_names))
         logits, pre_logits = view_logits_and_pre_logits(self.module, classifier, self.config.data, views)
-        best = logits.softmax(dim=-1).mean(dim=0).topk(min(top_k, len(self.class_names)))
-        labels = [self.class_names[i] for i in best.indices.tolist()]
-        features = pre_logits.mean(dim=0).tolist() if embedding else None  # (D,): the views' mean
-        return Classification(
-            labels[0], best.values.tolist()[0], labels, best.values.tolist(), embedding=features
-        )
+        return logits.softmax(dim=-1).mean(dim=0), pre_logits.mean(dim=0)
+
+    def ranked(
+        self, probabilities: torch.Tensor, embedding: torch.Tensor | None, top_k: int
+    ) -> Classification:
+        best = probabilities.topk(min(top_k, len(self.class_names)))
+        labels, scores = [self.class_names[i] for i in best.indices.tolist()], best.values.tolist()
+        features = None if embedding is None else embedding.tolist()
+        return Classification(labels[0], scores[0], labels, scores, embedding=features)
 
     def view_logits(self, video: bytes | str, num_clips: int, num_crops: int) -> torch.Tensor:
         """Logits (num_clips * num_crops, K) of an encoded video or of the video a string names."""

@@ -19,10 +19,10 @@ from mlflow.pyfunc import PythonModel, PythonModelContext
 from torch import nn
 
 from vidtx import storage
-from vidtx.clips.views import video_views
+from vidtx.clips.views import open_payload, test_views
 from vidtx.config import PipelineConfig, load_config
 from vidtx.locations import location
-from vidtx.media.decode import VideoDecodeError
+from vidtx.media.decode import Video, VideoDecodeError
 from vidtx.models import load_checkpoint
 
 INPUT_COLUMN = "video"
@@ -97,13 +97,18 @@ class ServedVideoModel(PythonModel):
         """The output row of one video (an object with `OUTPUT_COLUMNS` as attributes)."""
         raise NotImplementedError
 
-    def views(self, video: bytes | str, num_clips: int, num_crops: int) -> torch.Tensor:
-        """The test views, uint8 (num_clips * num_crops, T, crop, crop, C), of an encoded video or of
-        the video a string names."""
+    def open(self, video: bytes | str) -> Video:
+        """An encoded video, or the video a string names, opened at the crop's short side."""
         if isinstance(video, str):
             payload = storage.read_bytes(location(video))
         elif isinstance(video, bytes | bytearray | memoryview):
             payload = bytes(video)
         else:
             raise ValueError(f"not a video: expected encoded bytes or a path, got {type(video).__name__}")
-        return video_views(payload, self.config.data, num_clips, num_crops)
+        return open_payload(payload, self.config.data)
+
+    def views(self, video: bytes | str, num_clips: int, num_crops: int) -> torch.Tensor:
+        """The test views, uint8 (num_clips * num_crops, T, crop, crop, C), of an encoded video or of
+        the video a string names."""
+        decoded = self.open(video)
+        return test_views(decoded, self.config.data, num_clips, num_crops, (0, decoded.num_frames))

@@ -89,7 +89,11 @@ def print_row(row: pd.Series) -> None:
         print(f"error: {row['path']}: {row['error']}", file=sys.stderr, flush=True)
         return
     top = zip(row["top_k_labels"], row["top_k_scores"], strict=True)
-    print("\n".join([row["path"], *(f"  {score:6.1%}  {label}" for label, score in top)]), flush=True)
+    where = row["path"]
+    if "window" in row:  # scored window by window: which window, or the whole video
+        span = "whole video" if pd.isna(row["window"]) else f"window {row['window']}"
+        where += f" [{span}: {row['start']:.2f}-{row['end']:.2f} s]"
+    print("\n".join([where, *(f"  {score:6.1%}  {label}" for label, score in top)]), flush=True)
 
 
 def predict_videos(
@@ -111,6 +115,8 @@ def predict_videos(
         "num_crops": config.eval.num_crops,
         "embedding": predict.embeddings,
     }
+    if predict.window:
+        views |= {"window": predict.window, "hop": predict.hop or predict.window}
     if predict.ray_address:
         from vidtx.stages.ray_scoring import score_on_ray  # Ray only where it is asked for
 
@@ -119,11 +125,12 @@ def predict_videos(
         batches = score_here(classifier, videos, views, predict.batch_size)
     failed = 0
     embedding_dim = classifier_layer(classifier.module, len(classifier.class_names))[1].in_features
-    with table_writer(predict.output, table_schema(embedding_dim if predict.embeddings else None)) as append:
+    schema = table_schema(embedding_dim if predict.embeddings else None, windows=predict.window is not None)
+    with table_writer(predict.output, schema) as append:
         for frame in batches:
             append(frame)
             for _, row in frame.iterrows():
-                failed += row["error"] is not None
+                failed += row["error"] is not None and pd.isna(row.get("window"))  # a video, not a window
                 on_row(row)
     table = None if predict.output is None else str(predict.output)
     return PredictionSummary(version, len(videos), failed, table)

@@ -8,6 +8,7 @@ of `vidtx.stages.scoring.scored`: the video's path and the classifier's output c
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pandas as pd
 import ray
@@ -16,14 +17,14 @@ import ray.data
 from vidtx.config import PredictConfig
 from vidtx.log import adopt_loggers
 from vidtx.ray_session import ray_session
-from vidtx.serving.classifier import OUTPUT_COLUMNS, VideoClassifier
+from vidtx.serving.classifier import VideoClassifier
 from vidtx.stages.scoring import PATH_COLUMN, scored
 
 
 class _Replica:
     """One model replica of the Ray Data job (an actor): the classifier, on the actor's GPU if any."""
 
-    def __init__(self, classifier: VideoClassifier, views: dict[str, int]) -> None:
+    def __init__(self, classifier: VideoClassifier, views: dict[str, Any]) -> None:
         self.classifier, self.views = classifier.to_best_device(), views
 
     def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
@@ -31,7 +32,7 @@ class _Replica:
 
 
 def score_on_ray(
-    classifier: VideoClassifier, paths: Sequence[str], views: dict[str, int], predict: PredictConfig
+    classifier: VideoClassifier, paths: Sequence[str], views: dict[str, Any], predict: PredictConfig
 ) -> Iterator[pd.DataFrame]:
     """The rows as the replicas finish their batches (not in input order)."""
     with ray_session(predict.ray_address):
@@ -47,6 +48,4 @@ def score_on_ray(
             num_gpus=1 if gpus else 0,
         )
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
-            yield pd.DataFrame(
-                batch.to_pylist(), columns=[PATH_COLUMN, *OUTPUT_COLUMNS], dtype=object
-            )  # lists, None
+            yield pd.DataFrame(batch.to_pylist(), columns=batch.column_names, dtype=object)  # lists, None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -14,8 +15,8 @@ import pyarrow.parquet as pq
 from vidtx import storage
 from vidtx.files import replaced
 from vidtx.locations import Location
-from vidtx.serving.classifier import VideoClassifier
-from vidtx.serving.video_model import INPUT_COLUMN
+from vidtx.serving.classifier import OUTPUT_COLUMNS, VideoClassifier
+from vidtx.serving.video_model import INPUT_COLUMN, output_frame
 from vidtx.storage import name_of
 
 PATH_COLUMN = "path"
@@ -31,29 +32,44 @@ TABLE_FORMATS = (".parquet", ".csv")
 LIST_COLUMNS = ("top_k_labels", "top_k_scores", "embedding")  # JSON in a CSV table
 
 
-def table_schema(embedding_dim: int | None = None) -> pa.Schema:
-    """The predictions table's columns; with `embedding_dim`, an `embedding` column: a list of that
+WINDOW_COLUMNS = [
+    ("window", pa.int64()),  # null: the whole video's row
+    ("start", pa.float64()),
+    ("end", pa.float64()),
+    ("note", pa.string()),
+]
+
+
+def table_schema(embedding_dim: int | None = None, windows: bool = False) -> pa.Schema:
+    """The predictions table's columns (with `windows`, where each row's window is); with
+    `embedding_dim`, an `embedding` column: a list of that
     many float32 per readable video (its field's metadata says how many), null for the others. (Not
     Arrow's fixed-size list: pyarrow 25 writes its null rows to Parquet but cannot read them back.)"""
-    if not embedding_dim:
-        return pa.schema(TABLE_COLUMNS)
-    embedding = pa.field("embedding", pa.list_(pa.float32()), metadata={"dim": str(embedding_dim)})
-    return pa.schema([*TABLE_COLUMNS, embedding])
+    columns = [TABLE_COLUMNS[0], *(WINDOW_COLUMNS if windows else []), *TABLE_COLUMNS[1:]]
+    if embedding_dim:
+        columns.append(pa.field("embedding", pa.list_(pa.float32()), metadata={"dim": str(embedding_dim)}))
+    return pa.schema(columns)
 
 
-def scored(classifier: VideoClassifier, paths: Sequence[str], views: dict[str, int]) -> pd.DataFrame:
-    """The classifier's rows for `paths`, with the path first."""
-    frame = classifier.predict(None, pd.DataFrame({INPUT_COLUMN: list(paths)}), views)
-    frame.insert(0, PATH_COLUMN, list(paths))
+def scored(classifier: VideoClassifier, paths: Sequence[str], settings: dict[str, Any]) -> pd.DataFrame:
+    """The classifier's rows for `paths`, with the path first: one per video, or with a `window` in
+    `settings`, one per window and the video's (`VideoClassifier.classify_windows`)."""
+    if not settings.get("window"):
+        frame = classifier.predict(None, pd.DataFrame({INPUT_COLUMN: list(paths)}), settings)
+        frame.insert(0, PATH_COLUMN, list(paths))
+        return frame
+    rows = [(path, row) for path in paths for row in classifier.classify_windows(path, **settings)]
+    frame = output_frame([row for _, row in rows], (*(name for name, _ in WINDOW_COLUMNS), *OUTPUT_COLUMNS))
+    frame.insert(0, PATH_COLUMN, [path for path, _ in rows])
     return frame
 
 
 def score_here(
-    classifier: VideoClassifier, paths: Sequence[str], views: dict[str, int], batch_size: int
+    classifier: VideoClassifier, paths: Sequence[str], settings: dict[str, Any], batch_size: int
 ) -> Iterator[pd.DataFrame]:
     classifier.to_best_device()
     for start in range(0, len(paths), batch_size):
-        yield scored(classifier, paths[start : start + batch_size], views)
+        yield scored(classifier, paths[start : start + batch_size], settings)
 
 
 @contextlib.contextmanager
