@@ -4,9 +4,9 @@ Videos of 1, 10 and 60 minutes (generated: 64x48 noise at 8 fps, H.264) are scor
 X-ViT (xvit_tiny, untrained: the cost does not depend on the weights) with windows of 4 s every 4 s
 (`VideoClassifier.classify_windows`: each window's one centre view decoded on its own), each in a
 fresh process so that its peak resident memory (`ru_maxrss`) is its own. Reported: windows scored per
-second and the peak RSS, each against the 1-minute video's. The windows stream: only one window's
-frames are decoded at a time, so the peak should not grow with the length; what does grow is the
-encoded file held in memory (decord reads from bytes) and the packet index the probe builds.
+second and the peak RSS, each against the 1-minute video's. Only one window's frames are decoded at
+a time; what grows with the length is the encoded file, held in memory by the bytes read, the
+probe's list of packets and decord's buffer.
 """
 
 from __future__ import annotations
