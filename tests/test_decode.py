@@ -1,8 +1,12 @@
-"""Decoding (decord from bytes, PyAV fallback, probing), frame sampling and clip transforms."""
+"""Decoding (decord from bytes or a file, PyAV fallback, probing), frame sampling and clip transforms."""
 
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import av
 import decord
 import numpy as np
 import pytest
@@ -38,6 +42,61 @@ def test_decord_from_bytes_equals_decord_from_the_file(
     expected = decord.VideoReader(str(path)).get_batch(indices).asnumpy()
     np.testing.assert_array_equal(video.frames(indices), expected)
     assert not np.array_equal(expected[0], expected[1])  # frames differ, so the check has teeth
+
+
+def test_a_file_decodes_as_its_bytes_do(
+    tmp_path: Path, write_mp4: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_mp4(tmp_path / "v.mp4", num_frames=12, width=64, height=48)
+    data = path.read_bytes()
+    assert probe_video(path) == probe_video(data)
+    for backend in ("decord", "pyav", "auto"):
+        for size in (None, (43, 32), (16, 12)):  # 16 px wide: decord fails, `auto` falls back to PyAV
+            if backend == "decord" and size == (16, 12):
+                continue
+            by_file, by_bytes = (open_video(v, size=size, backend=backend) for v in (path, data))
+            assert (by_file.num_frames, by_file.fps) == (by_bytes.num_frames, by_bytes.fps) == (12, 12.0)
+            np.testing.assert_array_equal(by_file.frames([11, 0, 7, 7]), by_bytes.frames([11, 0, 7, 7]))
+    # a relative name with a colon is a file, never taken for an FFmpeg protocol
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(path, "http:v.mp4")
+    np.testing.assert_array_equal(
+        open_video(Path("http:v.mp4"), backend="decord").frames([3]), DecordVideo(data).frames([3])
+    )
+
+
+# the peak resident memory, in MB, that probing and opening a video file and decoding two of its frames add
+OPEN_A_FILE = """
+import resource, sys
+from pathlib import Path
+from vidtx.media.decode import open_video, probe_video
+def peak_mb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+before, path = peak_mb(), Path(sys.argv[1])
+info = probe_video(path)
+open_video(path).frames([0, info.num_frames - 1])
+print(peak_mb() - before)
+"""
+
+
+def test_a_video_file_is_read_as_asked_never_whole(tmp_path: Path) -> None:
+    """Probing and opening a file hold neither its bytes nor its packets: a 70 MB file (raw frames,
+    written at once) adds less than a third of its size to the peak; held whole, once by the bytes,
+    once by the probe's packets and once by decord's copy, it added three times its size."""
+    path = tmp_path / "raw.mkv"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("rawvideo", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 128, 96, "yuv420p"
+        noise = np.random.default_rng(0).integers(0, 256, (96, 128, 3), dtype=np.uint8)
+        for i in range(4000):
+            frame = av.VideoFrame.from_ndarray(np.roll(noise, i, axis=1), format="rgb24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    size_mb = path.stat().st_size / 2**20
+    assert size_mb > 60
+    done = subprocess.run(
+        [sys.executable, "-c", OPEN_A_FILE, str(path)], capture_output=True, text=True, check=True
+    )
+    assert float(done.stdout) < size_mb / 3
 
 
 def test_resize_on_decode(tmp_path: Path, write_mp4: Callable[..., Path]) -> None:
@@ -83,9 +142,12 @@ def test_probe_reports_the_stream_and_why_a_file_is_bad(
     }
     mdat = data.find(b"mdat")
     bad[data[: mdat + 8] + bytes(len(data) // 3) + data[mdat + 8 + len(data) // 3 :]] = "undecodable"
+    file = tmp_path / "bad.mp4"
     for payload, reason in bad.items():
-        with pytest.raises(VideoDecodeError, match=f"^{reason}"):
-            probe_video(payload)
+        file.write_bytes(payload)
+        for source in (payload, file):  # the same answer for the bytes and for the file
+            with pytest.raises(VideoDecodeError, match=f"^{reason}"):
+                probe_video(source)
 
 
 # --- sampling ------------------------------------------------------------------------------------

@@ -15,12 +15,13 @@ from vidtx.clips.crops import EvalTransform
 from vidtx.clips.normalize import normalize_clips
 from vidtx.clips.sampling import FrameSampler
 from vidtx.config import DataConfig
-from vidtx.media.decode import Video, open_video, probe_video, scaled_size
+from vidtx.media.decode import Video, VideoSource, open_video, probe_video, scaled_size
 
 
-def open_encoded(data: bytes, stored: tuple[int, int], short_side: int, num_threads: int) -> Video:
-    """An encoded video of `stored` (width, height) decoded with its short side at `short_side`: how
-    evaluation opens a shard's video member and the served model a video it is sent."""
+def open_encoded(data: VideoSource, stored: tuple[int, int], short_side: int, num_threads: int) -> Video:
+    """An encoded video (bytes, or a file read as decoding asks) of `stored` (width, height) decoded
+    with its short side at `short_side`: how evaluation opens a shard's video member and the served
+    model a video it is sent or a file it is named."""
     size = scaled_size(*stored, short_side)
     # decord scales while it decodes; at the stored size it needs no scaler at all
     return open_video(data, size=None if size == stored else size, num_threads=num_threads)
@@ -51,13 +52,14 @@ def test_views(
     return torch.cat([transform(frames) for frames in clips])
 
 
-def open_payload(payload: bytes, data: DataConfig) -> Video:
-    """An encoded video, checked readable and opened at the crop's short side."""
+def open_payload(payload: VideoSource, data: DataConfig) -> Video:
+    """An encoded video (bytes or a file), checked readable and opened at the crop's short side; both
+    steps stream a file, so its length costs no memory."""
     info = probe_video(payload)
     return open_encoded(payload, (info.width, info.height), data.crop_size, data.decode_threads)
 
 
-def video_views(payload: bytes, data: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
+def video_views(payload: VideoSource, data: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:
     """The test views of an encoded video: uint8 (num_clips * num_crops, T, crop, crop, C)."""
     video = open_payload(payload, data)
     return test_views(video, data, num_clips, num_crops, (0, video.num_frames))

@@ -1,6 +1,7 @@
 """Long videos, window by window: the windows of `predict.window` seconds every `predict.hop` seconds
 that cover a video, each scored by its own test views (`vidtx.clips.views.test_views` over its
-frames), so that only the frames of one window's views are decoded at a time, whatever the length.
+frames), so that only the frames of one window's views are decoded at a time, whatever the length; a
+video file is read as decoding asks, never held whole (`vidtx.media.decode`).
 """
 
 from __future__ import annotations

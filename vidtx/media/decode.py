@@ -1,9 +1,11 @@
-"""Video decoding behind one small interface: decord from in-memory bytes, PyAV as the fallback.
+"""Video decoding behind one small interface: decord, PyAV as the fallback, from bytes in memory or a file.
 
 decord is fast at random access but unmaintained since 2021, so the rest of vidtx only sees `Video`
 (frame count, frame rate, `frames(indices)`). Readers are built per video inside the process that
 decodes (never shared with DataLoader workers: decord deadlocks there). Resizing happens in the
-decoder (FFmpeg's scaler), which is far cheaper than resizing full-size frames afterwards.
+decoder (FFmpeg's scaler), which is far cheaper than resizing full-size frames afterwards. A video in a
+file is read as the decoder asks, never whole, and probing streams too, so opening a long video costs
+memory for its frame index only, not for its encoded length.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import io
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import BinaryIO, Literal, Protocol
 
 import av
 import decord
@@ -48,13 +50,28 @@ class Video(Protocol):
         ...
 
 
-class DecordVideo:
-    """decord's `VideoReader` over bytes in memory; `width`/`height` of -1 keep the source size."""
+@contextlib.contextmanager
+def _file_of(source: VideoSource) -> Iterator[BinaryIO]:
+    """A video as a file object: over its bytes in memory, or its file opened (read as asked)."""
+    if isinstance(source, bytes):
+        yield io.BytesIO(source)
+    else:
+        with source.open("rb") as file:
+            yield file
 
-    def __init__(self, data: bytes, *, width: int = -1, height: int = -1, num_threads: int = 1) -> None:
+
+class DecordVideo:
+    """decord's `VideoReader` over bytes in memory or a file; `width`/`height` of -1 keep the source size."""
+
+    def __init__(
+        self, source: VideoSource, *, width: int = -1, height: int = -1, num_threads: int = 1
+    ) -> None:
+        # decord copies a file object whole; a file it reads by name. Absolute, so that FFmpeg never
+        # takes the part of a name before a colon for a protocol ("http:clip.mp4").
+        uri = io.BytesIO(source) if isinstance(source, bytes) else str(source.absolute())
         try:
             self._reader = decord.VideoReader(
-                io.BytesIO(data), ctx=decord.cpu(0), width=width, height=height, num_threads=num_threads
+                uri, ctx=decord.cpu(0), width=width, height=height, num_threads=num_threads
             )
         except (decord.DECORDError, RuntimeError) as err:
             raise VideoDecodeError(f"decord cannot open the video ({err})") from err
@@ -71,11 +88,11 @@ class DecordVideo:
 class PyAVVideo:
     """PyAV decoding from the start of the stream: slower for sparse access, reads what decord cannot."""
 
-    def __init__(self, data: bytes, *, width: int = -1, height: int = -1) -> None:
-        self._data = data
+    def __init__(self, source: VideoSource, *, width: int = -1, height: int = -1) -> None:
+        self._source = source
         self._size = (width, height) if width > 0 and height > 0 else None  # upright, as shown
         try:
-            with av.open(io.BytesIO(data)) as container:
+            with _file_of(source) as file, av.open(file) as container:
                 stream = container.streams.video[0]
                 rate = stream.average_rate or stream.guessed_rate
                 self.fps = float(rate) if rate else 0.0
@@ -88,7 +105,7 @@ class PyAVVideo:
         wanted = {int(i) for i in indices}
         decoded: dict[int, np.ndarray] = {}
         try:
-            with av.open(io.BytesIO(self._data)) as container:
+            with _file_of(self._source) as file, av.open(file) as container:
                 for index, frame in enumerate(container.decode(video=0)):
                     if index in wanted:
                         decoded[index] = upright_rgb(frame, self._size)
@@ -127,13 +144,15 @@ class FallbackVideo:
     """decord, and PyAV for what decord fails on, at open or later (decord 0.6 cannot return frames
     8, 12, 16, 24, 48 or 72 pixels wide, for one)."""
 
-    def __init__(self, data: bytes, *, width: int = -1, height: int = -1, num_threads: int = 1) -> None:
-        self._data, self._width, self._height = data, width, height
+    def __init__(
+        self, source: VideoSource, *, width: int = -1, height: int = -1, num_threads: int = 1
+    ) -> None:
+        self._source, self._width, self._height = source, width, height
         self._video: Video
         try:
-            self._video = DecordVideo(data, width=width, height=height, num_threads=num_threads)
+            self._video = DecordVideo(source, width=width, height=height, num_threads=num_threads)
         except VideoDecodeError:
-            self._video = PyAVVideo(data, width=width, height=height)
+            self._video = PyAVVideo(source, width=width, height=height)
         self.num_frames, self.fps = self._video.num_frames, self._video.fps
 
     def frames(self, indices: Sequence[int]) -> np.ndarray:
@@ -142,25 +161,25 @@ class FallbackVideo:
         except VideoDecodeError:
             if isinstance(self._video, PyAVVideo):
                 raise
-            self._video = PyAVVideo(self._data, width=self._width, height=self._height)
+            self._video = PyAVVideo(self._source, width=self._width, height=self._height)
             return self._video.frames(indices)
 
 
 def open_video(
-    data: bytes,
+    source: VideoSource,
     *,
     size: tuple[int, int] | None = None,
     num_threads: int = 1,
     backend: Backend = "auto",
 ) -> Video:
-    """Open encoded video bytes; `size` is the decoded (width, height). `auto` is decord with PyAV
-    as the fallback."""
+    """Open an encoded video, bytes or a file; `size` is the decoded (width, height). `auto` is decord
+    with PyAV as the fallback."""
     width, height = size or (-1, -1)
     if backend == "pyav":
-        return PyAVVideo(data, width=width, height=height)
+        return PyAVVideo(source, width=width, height=height)
     if backend == "decord":
-        return DecordVideo(data, width=width, height=height, num_threads=num_threads)
-    return FallbackVideo(data, width=width, height=height, num_threads=num_threads)
+        return DecordVideo(source, width=width, height=height, num_threads=num_threads)
+    return FallbackVideo(source, width=width, height=height, num_threads=num_threads)
 
 
 def _is_still_image(container: av.container.InputContainer) -> bool:
@@ -182,26 +201,51 @@ def open_container(source: VideoSource) -> Iterator[av.container.InputContainer]
     """PyAV's container of a video in memory or in a file (read as FFmpeg asks, never whole; a file
     object rather than its name, so any file name works). Raises VideoDecodeError."""
     with contextlib.ExitStack() as stack:
-        if isinstance(source, bytes):
-            if not source:
-                raise VideoDecodeError("empty file")
-            stream: io.IOBase = io.BytesIO(source)
-        else:
-            stream = stack.enter_context(source.open("rb"))
-            if source.stat().st_size == 0:
-                raise VideoDecodeError("empty file")
+        file = stack.enter_context(_file_of(source))
+        if file.seek(0, io.SEEK_END) == 0:
+            raise VideoDecodeError("empty file")
+        file.seek(0)
         try:
-            container = stack.enter_context(av.open(stream))
+            container = stack.enter_context(av.open(file))
         except av.FFmpegError as err:
             raise VideoDecodeError(f"not a readable video container ({err.strerror or err})") from err
         yield container
 
 
-def _decoded(decoder: av.CodecContext, packets: list[av.Packet]) -> Iterator[av.VideoFrame]:
+def _decoded(decoder: av.CodecContext, packets: Sequence[av.Packet]) -> Iterator[av.VideoFrame]:
     """The frames of `packets`, then those the decoder still holds."""
     for packet in packets:
         yield from decoder.decode(packet)
     yield from decoder.decode(None)
+
+
+@dataclass
+class _Demuxed:
+    """What probing keeps of a stream as it is demuxed: bounded, whatever its length."""
+
+    num_packets: int = 0
+    last_key: av.Packet | None = None  # the latest keyframe's packet (the first packet without one)
+    first: av.VideoFrame | None = None
+    undecodable: av.FFmpegError | None = None  # why the first frame did not decode
+
+
+def _demux(container: av.container.InputContainer, stream: av.video.stream.VideoStream) -> _Demuxed:
+    """Every packet of `stream` read and counted; the first frame decoded from the first packets on
+    the way. A decoding error is kept, not raised: a cut file's demuxing error, later in the file,
+    is the one to report, as when the packets were all read before any was decoded."""
+    seen, decoder = _Demuxed(), stream.codec_context
+    for packet in container.demux(stream):
+        if not packet.size:
+            continue  # the demuxer's flush packet at the end
+        seen.num_packets += 1
+        if packet.is_keyframe or seen.last_key is None:
+            seen.last_key = packet
+        if seen.first is None and seen.undecodable is None:
+            try:
+                seen.first = next(iter(decoder.decode(packet)), None)
+            except av.FFmpegError as err:
+                seen.undecodable = err
+    return seen
 
 
 def probe_video(source: VideoSource) -> VideoInfo:
@@ -209,20 +253,24 @@ def probe_video(source: VideoSource) -> VideoInfo:
     opens and holds a video stream, every packet of it can be read (a cut file ends early), and the
     first frame and the last keyframe decode. Single-threaded PyAV, so the same bytes always give the
     same answer. Costs a demux and two decoded frames, where decoding the last frame could cost a
-    whole group of pictures (up to the whole video). The size is the upright one (display matrix
-    applied), as the decoders return frames."""
+    whole group of pictures (up to the whole video), and streams: it holds one packet and one frame,
+    however long the video. The size is the upright one (display matrix applied), as the decoders
+    return frames."""
     with open_container(source) as container:
         stream = _video_stream(container)
         stream.thread_count = 1
+        decoder = stream.codec_context
         try:
-            packets = [packet for packet in container.demux(stream) if packet.size]
-            if not packets:
+            seen = _demux(container, stream)
+            if seen.undecodable is not None:
+                raise seen.undecodable
+            if seen.last_key is None:
                 raise VideoDecodeError("undecodable: no frames")
-            last_key = max((i for i, packet in enumerate(packets) if packet.is_keyframe), default=0)
-            decoder = stream.codec_context
-            first = next(_decoded(decoder, packets), None)
+            first = seen.first
+            if first is None:  # the frames the decoder still holds
+                first = next(iter(decoder.decode(None)), None)
             decoder.flush_buffers()  # a fresh start at the keyframe (also after a drain)
-            last = next(_decoded(decoder, packets[last_key : last_key + 1]), None)
+            last = next(_decoded(decoder, [seen.last_key]), None)
         except av.FFmpegError as err:
             raise VideoDecodeError(f"undecodable: PyAV cannot decode frames ({err})") from err
         if first is None or last is None:
@@ -232,5 +280,5 @@ def probe_video(source: VideoSource) -> VideoInfo:
             (first.height, first.width) if quarter_turns(first) % 2 else (first.width, first.height)
         )
         return VideoInfo(
-            num_frames=len(packets), fps=float(rate) if rate else 0.0, width=width, height=height
+            num_frames=seen.num_packets, fps=float(rate) if rate else 0.0, width=width, height=height
         )

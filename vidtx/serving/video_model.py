@@ -22,7 +22,7 @@ from vidtx import storage
 from vidtx.clips.views import open_payload, test_views
 from vidtx.config import PipelineConfig, load_config
 from vidtx.locations import location
-from vidtx.media.decode import Video, VideoDecodeError
+from vidtx.media.decode import Video, VideoDecodeError, VideoSource
 from vidtx.models import load_checkpoint
 
 INPUT_COLUMN = "video"
@@ -89,18 +89,27 @@ class ServedVideoModel(PythonModel):
         """One output row per row of `model_input[video]`, in order (see the module docstring)."""
         if INPUT_COLUMN not in model_input.columns:
             raise ValueError(f"the input needs a column '{INPUT_COLUMN}', got {list(model_input.columns)}")
-        settings = self.default_params() | dict(params or {})
+        settings = self.checked(self.default_params() | dict(params or {}))
         rows = [self.answer(video, **settings) for video in model_input[INPUT_COLUMN]]
         return output_frame(rows, self.OUTPUT_COLUMNS)
+
+    def checked(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """The params of a call, checked before any video is read (ValueError names a bad one)."""
+        return settings
 
     def answer(self, video: bytes | str, **settings: int) -> Any:
         """The output row of one video (an object with `OUTPUT_COLUMNS` as attributes)."""
         raise NotImplementedError
 
     def open(self, video: bytes | str) -> Video:
-        """An encoded video, or the video a string names, opened at the crop's short side."""
+        """An encoded video, or the video a string names, opened at the crop's short side. A file here
+        is opened by its path and read as decoding asks, never whole, so a long video's length costs
+        no memory; an object in a bucket is read whole (the video returned outlives this call, which
+        a staged temporary file would not without an owner to remove it)."""
+        payload: VideoSource
         if isinstance(video, str):
-            payload = storage.read_bytes(location(video))
+            where = location(video)
+            payload = storage.local_path(where) or storage.read_bytes(where)
         elif isinstance(video, bytes | bytearray | memoryview):
             payload = bytes(video)
         else:
