@@ -71,11 +71,15 @@ def test_what_cannot_be_exported_is_one_line(vidtx, joint_tiny: tuple[PipelineCo
     config, _ = joint_tiny
     config_file = config.workdir / "export.yaml"
     config_file.write_text(f"workdir: {config.workdir}\nmodel: {{name: joint_tiny}}\n")
-    missing = vidtx("export", str(config_file), "--checkpoint", str(config.workdir / "nowhere.pt"))
-    assert missing.returncode == 1
-    assert missing.stderr.strip().splitlines() == [
-        f"error: {config.workdir / 'nowhere.pt'}: No such file or directory"
-    ]
+    not_a_checkpoint = config.workdir / "notes.pt"
+    not_a_checkpoint.write_text("not a checkpoint")
+    for given, reason in (
+        (config.workdir / "nowhere.pt", "no such file or checkpoint"),
+        (not_a_checkpoint, "not a checkpoint vidtx can read (Weights only load failed)"),
+    ):
+        refused = vidtx("export", str(config_file), "--checkpoint", str(given))
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines() == [f"error: --checkpoint {given}: {reason}"]
     assert not (config.workdir / "mlflow.db").exists()  # a file given: no tracking store asked
 
 

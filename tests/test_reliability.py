@@ -20,7 +20,7 @@ import pytest
 from mlflow import MlflowClient
 from sockets import exposed, listening_sockets, process_tree
 
-from vidtx.config import DataConfig, PipelineConfig, load_config
+from vidtx.config import ConfigError, DataConfig, PipelineConfig, load_config
 from vidtx.data.eval_loader import build_eval_loader
 from vidtx.env import DEFAULTS
 from vidtx.manifest import Manifest, ShardInfo
@@ -248,3 +248,8 @@ def test_missing_training_and_evaluation_splits_fail_before_any_compute(
         FileNotFoundError, match=r"eval.split 'test': no test.manifest.json .*shard that split"
     ):
         evaluate_trained(config, absent)  # named before the (missing) checkpoint is read
+    config = load_config(None, [*overrides, "eval.split=val"])
+    with pytest.raises(
+        ConfigError, match=rf"^the checkpoint {tmp_path}/no-checkpoint: no such file or checkpoint$"
+    ):
+        evaluate_trained(config, absent)  # one line, not a traceback from Ray's checkpoint reader

@@ -7,15 +7,17 @@ from vidtx.eval.multiview import evaluate
 from vidtx.eval.report import render_results
 from vidtx.results import EvalResult
 from vidtx.stages.register import register_trained
-from vidtx.stages.trained_model import TrainedRun, find_trained_run, trained_model
+from vidtx.stages.trained_model import TrainedRun, find_trained_run
 from vidtx.tracking.evaluation import log_evaluation
 from vidtx.train.splits import evaluation_split
+from vidtx.train.starting_weights import readable_model
 
 
 def evaluate_trained(config: PipelineConfig, trained: TrainedRun) -> EvalResult:
     """Evaluate and, when the training run is known, log metrics and reports into its MLflow run."""
     manifest = evaluation_split(config)  # a missing split fails before the model is loaded
-    model = trained_model(config, trained.checkpoint)  # with the label set it was trained for
+    # with the label set it was trained for; one line naming the setting when it cannot be read
+    model = readable_model(config, trained.checkpoint, trained.setting)
     result = evaluate(model.module.eval(), manifest, config.data, config.eval, model.class_names)
     if trained.mlflow_run_id:
         log_evaluation(trained.client, trained.mlflow_run_id, result)

@@ -14,9 +14,10 @@ from pathlib import Path
 from vidtx.config import ConfigError, PipelineConfig
 from vidtx.results import ModelVersionInfo
 from vidtx.serving.onnx_export import ExportResult, export_onnx
-from vidtx.stages.trained_model import find_trained_run, trained_model
+from vidtx.stages.trained_model import checkpoint_setting, find_trained_run
 from vidtx.tracking.model_registry import load_registered_model, resolve_version
 from vidtx.tracking.runs import connect, resolve_tracking_uri
+from vidtx.train.starting_weights import readable_model
 
 ONNX_TAG = "vidtx.onnx.{}"  # on a model version: max_abs_diff, tolerance, artifact
 
@@ -33,7 +34,7 @@ def export_trained(config: PipelineConfig, source: str | None = None) -> ExportR
         tracking_uri = resolve_tracking_uri(config)
         return export_version(config, resolve_version(chosen, tracking_uri), tracking_uri)
     checkpoint = chosen or find_trained_run(config).checkpoint
-    module = trained_model(config, checkpoint).module
+    module = readable_model(config, checkpoint, checkpoint_setting(config, source)).module
     return export_onnx(module, config, output_path(config, config.model.name))
 
 

@@ -28,6 +28,19 @@ class TrainedRun:
     mlflow_run_id: str | None
     experiment_id: str | None
     client: MlflowClient
+    setting: str = "the checkpoint"  # what named it, for one-line errors (`checkpoint_setting`)
+
+
+def checkpoint_setting(config: PipelineConfig, checkpoint: str | None) -> str:
+    """What named the checkpoint a stage uses, for its one-line errors: the argument, `eval.checkpoint`,
+    or the training run's best checkpoint."""
+    if checkpoint:
+        return "--checkpoint"
+    return (
+        "eval.checkpoint"
+        if config.eval.checkpoint
+        else f"the checkpoint of train.run_name {config.train.run_name}"
+    )
 
 
 def find_trained_run(config: PipelineConfig, checkpoint: str | None = None) -> TrainedRun:
@@ -45,5 +58,7 @@ def find_trained_run(config: PipelineConfig, checkpoint: str | None = None) -> T
             f"training run in experiment '{config.tracking.experiment}'"
         )
     if run is None:
-        return TrainedRun(chosen, None, None, client)
-    return TrainedRun(chosen, run.info.run_id, run.info.experiment_id, client)
+        return TrainedRun(chosen, None, None, client, checkpoint_setting(config, checkpoint))
+    return TrainedRun(
+        chosen, run.info.run_id, run.info.experiment_id, client, checkpoint_setting(config, checkpoint)
+    )

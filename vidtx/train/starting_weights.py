@@ -147,6 +147,27 @@ def incompatible(target: dict[str, torch.Tensor], weights: dict[str, torch.Tenso
     return problems
 
 
+def readable_model(config: PipelineConfig, where: str, setting: str) -> TrainedModel:
+    """The trained model `where` names (a registered model, a vidtx `.pt` file or a run's checkpoint),
+    or ConfigError in one line naming `setting`: a registry that does not exist or lacks the model, a
+    missing file or checkpoint, a file that is no checkpoint."""
+    if where.startswith("models:/"):
+        uri = resolve_tracking_uri(config)
+        if (database := sqlite_file(uri)) is not None and not database.exists():
+            raise ConfigError(f"{setting} {where}: no MLflow registry at {uri} (no such file)")
+    elif not storage.exists(location(where)):
+        raise ConfigError(f"{setting} {where}: no such file or checkpoint")
+    try:
+        return trained_model(config, where)
+    except MlflowException as err:
+        raise ConfigError(f"{setting} {where}: {err.message.strip().splitlines()[0]}") from None
+    except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as err:
+        reason = (
+            one_line(err) if isinstance(err, OSError) else str(err).strip().split(". ")[0].splitlines()[0]
+        )
+        raise ConfigError(f"{setting} {where}: not a checkpoint vidtx can read ({reason})") from None
+
+
 def check_starting_weights(config: PipelineConfig, network: nn.Module) -> None:
     """ConfigError naming the setting, in one line, when `model.init_from` or `model.checkpoint` cannot
     start `network` (the model `config` builds, on the meta device): a registered model that does not
@@ -156,20 +177,6 @@ def check_starting_weights(config: PipelineConfig, network: nn.Module) -> None:
         raise ConfigError(f"model.checkpoint {released}: no such file")
     if not (where := config.model.init_from):
         return
-    if where.startswith("models:/"):
-        uri = resolve_tracking_uri(config)
-        if (database := sqlite_file(uri)) is not None and not database.exists():
-            raise ConfigError(f"model.init_from {where}: no MLflow registry at {uri} (no such file)")
-    elif not storage.exists(location(where)):
-        raise ConfigError(f"model.init_from {where}: no such file or checkpoint")
-    try:
-        source = trained_model(config, where)
-    except MlflowException as err:
-        raise ConfigError(f"model.init_from {where}: {err.message.strip().splitlines()[0]}") from None
-    except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as err:
-        reason = (
-            one_line(err) if isinstance(err, OSError) else str(err).strip().split(". ")[0].splitlines()[0]
-        )
-        raise ConfigError(f"model.init_from {where}: not a checkpoint vidtx can read ({reason})") from None
+    source = readable_model(config, where, "model.init_from")
     if problems := incompatible(network.state_dict(), source.module.state_dict()):
         raise ConfigError(f"model.init_from {where}: {problems[0]} (model.name={config.model.name})")
