@@ -45,6 +45,7 @@ BENCHMARKS = [
     "pretraining_gain",
     "onnx_runtime",
     "long_videos",
+    "multilabel_map",
 ]
 QUICK_DIR = REPO_ROOT / "runs" / "bench-quick"
 INDEX_HEADER = (

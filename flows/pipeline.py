@@ -70,11 +70,18 @@ def summary_lines(
 ) -> tuple[str, list[tuple[str, str]]]:
     """The headline and the (label, value) rows of the summary, with `link` writing each link."""
     metrics = result.metrics
+    if "mean_ap" in metrics:  # a multi-label model
+        scores = (
+            f"mAP {metrics['mean_ap']:.3f} ({result.views} views; mean {metrics['mean/mean_ap']:.3f}, "
+            f"max {metrics['max/mean_ap']:.3f}), micro-F1 {metrics['micro_f1']:.3f}"
+        )
+    else:
+        scores = (
+            f"top-1 {metrics['top1']:.3f} ({result.views} views; logits-sum {metrics['logits_sum/top1']:.3f}, "
+            f"prob-mean {metrics['prob_mean/top1']:.3f}), top-5 {metrics['top5']:.3f}"
+        )
     headline = (
-        f"video-pipeline {result.name} finished: {result.eval_split} top-1 {metrics['top1']:.3f} "
-        f"({result.views} views; logits-sum {metrics['logits_sum/top1']:.3f}, "
-        f"prob-mean {metrics['prob_mean/top1']:.3f}), top-5 {metrics['top5']:.3f}, "
-        f"{metrics['videos']:.0f} videos"
+        f"video-pipeline {result.name} finished: {result.eval_split} {scores}, {metrics['videos']:.0f} videos"
     )
     return headline, [
         ("data", ", ".join(f"{split}: {info.samples} videos" for split, info in result.splits.items())),
@@ -163,7 +170,7 @@ def video_pipeline(settings: PipelineForm) -> PipelineResult | State:
         aliases=version.aliases,
         promotion=version.reason,
         frame_order=frame_order_verdict(metrics["top1"], evaluation.class_names)
-        if config.synth is not None
+        if config.synth is not None and not evaluation.multilabel
         else None,
     )
     create_markdown_artifact(

@@ -5,9 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from vidtx.config import TrainConfig
-from vidtx.train.loss import BatchMix, classification_loss, mix_batch, smoothed_targets
+from vidtx.train.loss import (
+    BatchMix,
+    balanced_class_weights,
+    classification_loss,
+    mix_batch,
+    multilabel_loss,
+    smoothed_targets,
+)
 
 
 def constant_clips(batch: int = 4) -> torch.Tensor:
@@ -79,3 +87,40 @@ def test_the_loss_smooths_hard_labels_and_takes_smoothed_soft_targets_as_they_ar
     soft = classification_loss(logits, smoothed_targets(labels, 5, 0.1), label_smoothing=0.1)
     assert hard.dtype == torch.float32
     assert torch.allclose(hard, soft)
+
+
+def test_focal_loss_is_cross_entropy_at_gamma_zero_and_weighs_easy_clips_less() -> None:
+    logits = torch.tensor([[4.0, 0.0, 0.0], [0.0, 0.5, 0.0]])  # clip 0 is easy (p = 0.96), clip 1 hard
+    labels = torch.tensor([0, 1])
+    plain = F.cross_entropy(logits, labels)
+    assert torch.allclose(classification_loss(logits, labels, 0.0), plain)
+    assert torch.allclose(classification_loss(logits, labels, 0.0, focal_gamma=0.0), plain)
+    focal = classification_loss(logits, labels, 0.0, focal_gamma=2.0)
+    p = F.softmax(logits, dim=-1)[[0, 1], [0, 1]]  # each clip's probability of its label
+    assert torch.allclose(focal, (-((1 - p) ** 2) * p.log()).mean())
+    assert (1 - p[0]) ** 2 < 0.01 < (1 - p[1]) ** 2  # the easy clip's term nearly vanishes
+
+
+def test_balanced_class_weights_count_every_class_alike() -> None:
+    frequencies = torch.tensor([0.6, 0.3, 0.1, 0.0])
+    weights = balanced_class_weights(frequencies)
+    assert torch.allclose(weights[:3] * frequencies[:3], torch.full((3,), 0.25))  # 1 / K each
+    assert weights[3] == weights[2]  # a class the stream lacks weighs as the rarest present one
+    labels = torch.tensor([0, 2])
+    logits = torch.zeros(2, 4)
+    weighted = classification_loss(logits, labels, 0.0, class_weights=weights)
+    assert torch.allclose(weighted, (weights[labels] * torch.log(torch.tensor(4.0))).mean())
+
+
+def test_label_sets_are_smoothed_mixed_as_vectors_and_scored_by_a_sigmoid_each() -> None:
+    sets = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    smoothed = smoothed_targets(sets, 3, 0.3)
+    assert torch.allclose(smoothed, torch.tensor([[0.8, 0.1, 0.8], [0.1, 0.8, 0.1]]))
+    clips = constant_clips(2)
+    mixed, targets = mix_batch(clips, sets, 3, BatchMix(mixup_alpha=0.4), 0.0, np.random.default_rng(1))
+    # clip 0 (all 0) mixed with clip 1 (all 1) is their share v of clip 1 everywhere (0: its partner
+    # is itself), and its target the same blend of the two label vectors
+    share = mixed[0].flatten()[0].item()
+    assert torch.allclose(targets[0], (1 - share) * sets[0] + share * sets[1], atol=1e-6)
+    logits = torch.randn(2, 3)
+    assert torch.allclose(multilabel_loss(logits, sets), F.binary_cross_entropy(torch.sigmoid(logits), sets))

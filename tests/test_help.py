@@ -60,7 +60,7 @@ def test_every_command_that_takes_set_lists_the_settings_it_reads(name: str) -> 
 
 def test_shard_help_lists_the_format_choices_and_train_help_the_step_count() -> None:
     assert re.search(
-        r"│ shard\.format\s+folder\|kinetics\|ssv2\|csv\|unlabeled\s+csv\s+Layout", help_text("shard")
+        r"│ shard\.format\s+folder\|kinetics\|ssv2\|csv\|json\|unlabeled\s+csv\s+Layout", help_text("shard")
     )
     train_help = help_text("train")
     assert re.search(r"│ train\.max_steps\s+int\s+100\s+Optimizer steps", train_help)

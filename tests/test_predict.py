@@ -16,7 +16,6 @@ import torch
 from vidtx import storage
 from vidtx.models.heads import classifier_layer
 from vidtx.results import WindowClassification
-from vidtx.serving.classifier import OUTPUT_COLUMNS
 from vidtx.tracking.model_registry import load_registered_model
 
 pytestmark = pytest.mark.slow
@@ -56,7 +55,16 @@ def test_a_folder_and_a_csv_list_become_one_parquet_table(
     )
     rows = table(output)
     schema = pq.read_schema(output)
-    assert list(schema.names) == ["path", *OUTPUT_COLUMNS]
+    # a single-label model's table: no label sets (columns labels and label_scores)
+    assert list(schema.names) == [
+        "path",
+        "label",
+        "score",
+        "top_k_labels",
+        "top_k_scores",
+        "error",
+        "embedding",
+    ]
     registered = load_registered_model(MODEL, registered_model)
     width = classifier_layer(registered.module, len(registered.class_names))[
         1

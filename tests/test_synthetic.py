@@ -1,4 +1,6 @@
 import csv
+import hashlib
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +10,8 @@ import numpy as np
 import pytest
 
 from vidtx.config import SynthConfig
-from vidtx.shard.synthetic import CLASSES, PAIRS, generate_dataset, render_video
+from vidtx.shard.sources import read_source
+from vidtx.shard.synthetic import CLASSES, PAIRS, PARTNER, generate_dataset, render_video
 
 
 def small_config(output: Path, **changes: object) -> SynthConfig:
@@ -47,6 +50,58 @@ def test_same_seed_writes_the_same_bytes_and_another_seed_does_not(tmp_path: Pat
         )
     assert videos[0] == videos[1]
     assert [data for _, data in videos[0]] != [data for _, data in videos[2]]
+
+
+def test_one_object_per_video_renders_the_frames_it_always_has() -> None:
+    """The frames of single-object videos are pinned: the datasets people generated stay the same."""
+    cfg = SynthConfig(num_frames=8, size=32)
+    frames = b"".join(render_video(cfg, name, "train", 1).tobytes() for name in CLASSES)
+    assert (
+        hashlib.sha256(frames).hexdigest()
+        == "70e60279e2ef32d0883c6852d70e8c1a03053c290710394925364d456c1392ee"
+    )
+
+
+def motion_of(name: str) -> str:
+    return next(motion for motion, pair in PAIRS.items() if name in pair)
+
+
+def test_two_objects_per_video_give_two_labels_of_different_motion_axes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    classes = ["moving_left", "moving_right", "approaching", "growing"]
+    with caplog.at_level(logging.INFO, logger="vidtx.shard.synthetic"):
+        annotations = generate_dataset(small_config(tmp_path / "a", classes=classes, objects_per_video=2))
+    assert """shard it with --set 'shard.label_separator="|"'""" in caplog.text
+    with annotations.open() as file:
+        rows = list(csv.DictReader(file))
+    assert [row["path"] for row in rows] == [f"train/{i:05d}.mp4" for i in range(8)] + [
+        f"val/{i:05d}.mp4" for i in range(4)
+    ]
+    for index, row in enumerate(rows):
+        labels = row["label"].split("|")
+        assert len(labels) == 2
+        assert set(labels) <= set(classes)
+        assert classes[index % 4] in labels  # each class leads as many videos as videos_per_class asks
+        assert motion_of(labels[0]) != motion_of(labels[1])  # never both classes of a pair
+        assert PARTNER[labels[0]] not in labels
+        reader = decord.VideoReader(str(tmp_path / "a" / row["path"]))
+        assert len(reader) == 8
+        assert reader.get_batch([0]).asnumpy().shape == (1, 32, 32, 3)
+    source = read_source(annotations, "csv", label_separator="|")
+    assert source.multi_label
+    assert source.class_names == sorted(classes)
+    assert all(record.problem is None and len(record.labels) == 2 for record in source.records)
+    generate_dataset(small_config(tmp_path / "b", classes=classes, objects_per_video=2))
+    for row in rows:  # the same config, the same bytes
+        assert (tmp_path / "a" / row["path"]).read_bytes() == (tmp_path / "b" / row["path"]).read_bytes()
+
+
+def test_more_objects_than_the_classes_have_motion_axes_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="objects_per_video 2 needs classes of as many motion axes"):
+        generate_dataset(small_config(tmp_path, classes=["moving_left", "moving_right"], objects_per_video=2))
+    with pytest.raises(ValueError, match="less than or equal to 4"):
+        SynthConfig(objects_per_video=5)
 
 
 @pytest.mark.parametrize(("forward", "backward"), list(PAIRS.values()))

@@ -27,7 +27,7 @@ from vidtx.tracking.runs import (
     resolve_tracking_uri,
     start_or_resume_run,
 )
-from vidtx.train.progress import follow_progress
+from vidtx.train.progress import follow_progress, validation_line
 
 
 @pytest.fixture
@@ -123,11 +123,23 @@ def test_progress_reports_a_validation_logged_after_its_step_s_loss(
         while not calls and time.monotonic() < deadline:  # a poll saw step 6, no validation yet
             time.sleep(0.01)
         assert calls[0][3] is None
-        client.log_batch(run_id, metrics=[Metric("val/top1", 0.5, 0, 6), Metric("val/top5", 1.0, 0, 6)])
+        validation = [
+            Metric("val/top1", 0.5, 0, 6),
+            Metric("val/top5", 1.0, 0, 6),
+            Metric("val/loss", 0.25, 0, 6),
+        ]
+        client.log_batch(run_id, metrics=validation)
         while len(calls) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-    assert "step 6: validation top-1 0.500, top-5 1.000" in caplog.text
+    assert "step 6: validation top-1 0.500, top-5 1.000, loss 0.250" in caplog.text
     assert calls[-1][3].startswith("step 6: validation top-1 0.500")
+
+
+def test_progress_names_each_objective_s_validation_figures() -> None:
+    """A multi-label run's line gives its mAP, a pretraining's its loss alone."""
+    multi_label = {"val/mean_ap": 0.625, "val/loss": 0.5}
+    assert validation_line(4, multi_label) == "step 4: validation mAP 0.625, loss 0.500"
+    assert validation_line(4, {"val/loss": 0.0421}) == "step 4: validation loss 0.042"
 
 
 def test_unreachable_tracking_store_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import ray
 import torch
 from media import cut_in_video
 from mlflow import MlflowClient
@@ -72,6 +73,11 @@ def test_two_workers_zero2_loss_goes_down(trained_run: tuple) -> None:
         for wait, slowest in zip(waits.values(), history(result, "train/data_wait_max").values(), strict=True)
     )
     assert waits[1] > 0  # the first batch waits for the loader to start
+    # the session's trainings started their workers and Ray Train's actors, but no Ray Data
+    # DatasetManager: vidtx gives Ray no datasets (vidtx.train.launcher drops Ray Data's callback)
+    started = {actor["ActorClassName"] for actor in ray._private.state.actors().values()}
+    assert {"RayTrainWorker", "TrainController"} <= started, started
+    assert "DatasetManager" not in started, started
     inputs = {i.tags[0].value: i.dataset for i in run.inputs.dataset_inputs}  # MLflow dataset inputs
     shards = trained_run[0].data.shards
     for context, split in (("training", "train"), ("validation", "val")):

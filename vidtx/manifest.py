@@ -107,7 +107,7 @@ class Reject(BaseModel):
 
     key: str  # the video's key in the source dataset (not a tar sample key), as `recorded_name` records it
     path: str  # source path, relative to the dataset root when possible (`recorded_name`)
-    label: int  # label id; -1 when the annotation names no known class
+    label: int  # label id (a multi-label row's first); -1 when the annotation names no known class
     reason: str  # "<kind>: <detail>" or "<kind> (<detail>)"; see `reason_kind`
 
 
@@ -133,9 +133,12 @@ class Manifest(BaseModel):
     shards: list[ShardInfo]  # in order of shard index
     num_samples: int  # videos in all tars (rejects excluded)
     class_names: list[str]  # index = label id
-    counts_per_class: dict[str, int]  # written videos per class name (0 for a class with none)
+    counts_per_class: dict[str, int]  # written videos per class name, of each label (0 for a class with none)
     rejects: list[Reject]
     store: Literal["video", "frames"] = "video"  # what the samples hold (see FRAMES_MEMBER)
+    # Samples carry label sets: their json holds "labels" (ids) and "label_names" beside "label" and
+    # "label_name", the first of them. False (single-label, and manifests written before): one label each.
+    multi_label: bool = False
     config: dict[str, Any]  # the ShardConfig that wrote the split, as JSON
     content_hash: str  # sha256 of class names and shard names, counts and digests: the data's identity
     _root: Location | None = PrivateAttr(None)  # folder or bucket prefix the manifest was loaded from

@@ -39,20 +39,74 @@ class ClassificationMetrics:
             f"{prefix}mean_class_accuracy": self.mean_class_accuracy,
         }
 
+    @property
+    def support(self) -> list[int]:
+        """Videos per true class."""
+        return [sum(row) for row in self.confusion]
+
+    def per_class(self) -> tuple[str, list[float]]:
+        """The per-class figure of the per-class tables: its column name and one value per class."""
+        return "accuracy", self.per_class_accuracy
+
+
+@dataclasses.dataclass
+class MultiLabelMetrics:
+    """Video-level metrics of a multi-label model (several labels per video) over a split, for one way
+    of combining the views, from `vidtx.eval.multilabel.multilabel_metrics`.
+
+    AP is scikit-learn's `average_precision_score`, class by class. A class without a positive video
+    in the split has no AP: None in `per_class_ap` (not NaN, so that the JSON of a result, a Prefect
+    artifact or an MLflow table holds no non-standard number, and so that summing it fails loudly),
+    and it is left out of `mean_ap`. F1 predicts a class when its probability is >= `threshold`.
+    """
+
+    mean_ap: float  # macro mAP: the mean of per_class_ap over classes with a positive (NaN if none has)
+    per_class_ap: list[float | None]  # None for a class without a positive video
+    micro_f1: float  # from the true/false positives and false negatives of all classes pooled
+    macro_f1: float  # mean per-class F1 over classes with a positive or a prediction
+    support: list[int]  # positive videos per class
+    threshold: float
+    num_videos: int
+
+    def scalars(self, prefix: str = "") -> dict[str, float]:
+        return {
+            f"{prefix}mean_ap": self.mean_ap,
+            f"{prefix}micro_f1": self.micro_f1,
+            f"{prefix}macro_f1": self.macro_f1,
+        }
+
+    def per_class(self) -> tuple[str, list[float | None]]:
+        """The per-class figure of the per-class tables: its column name and one value per class."""
+        return "ap", self.per_class_ap
+
+
+# What one way of combining views scores: top-1 and the rest for a single-label model, mAP and F1 for
+# a multi-label one. Both have `scalars`, `support` and `per_class`, which the reports read.
+Metrics = ClassificationMetrics | MultiLabelMetrics
+
 
 @dataclasses.dataclass
 class EvalResult:
-    """The multi-view evaluation of one model on one split: what the registry compares and logs."""
+    """The multi-view evaluation of one model on one split: what the registry compares and logs.
+
+    A single-label model's `by_ensemble` holds `ClassificationMetrics` per view ensemble
+    ("logits_sum", "prob_mean"); a multi-label model's holds `MultiLabelMetrics` per view aggregation
+    of the sigmoid probabilities ("mean", "max"), and `loss` is then `video_bce`.
+    """
 
     split: str
     views: str  # "clips x crops"
-    primary: str  # the ensemble that `metrics()` reports unprefixed
-    by_ensemble: dict[str, ClassificationMetrics]
+    primary: str  # the ensemble (multi-label: the aggregation) that `metrics()` reports unprefixed
+    by_ensemble: dict[str, Metrics]
     loss: float
     num_videos: int
     num_skipped: int  # in the manifest but not decodable now
     class_names: list[str]
     manifest_hash: str  # with `views`, what makes two results comparable
+
+    @property
+    def multilabel(self) -> bool:
+        return isinstance(self.by_ensemble[self.primary], MultiLabelMetrics)
 
     def metrics(self) -> dict[str, float]:
         """Flat scalars: the primary ensemble unprefixed, then every ensemble under its name."""
@@ -95,6 +149,8 @@ class Classification:
     score: float | None = None
     top_k_labels: list[str] = dataclasses.field(default_factory=list)
     top_k_scores: list[float] = dataclasses.field(default_factory=list)
+    labels: list[str] | None = None  # a multi-label model's classes at or above its threshold, best first
+    label_scores: list[float] | None = None  # their probabilities
     error: str | None = None
     embedding: list[float] | None = None  # the pre-logits features, when asked for
 

@@ -10,7 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from vidtx.config.base import StrictModel
 from vidtx.locations import StorageLocation
 
-DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv", "unlabeled"]
+DatasetFormat = Literal["folder", "kinetics", "ssv2", "csv", "json", "unlabeled"]
 SamplingMode = Literal["segment", "dense"]
 Store = Literal["video", "frames"]
 ShardExecutor = Literal["processes", "ray"]
@@ -22,9 +22,7 @@ class ReencodeConfig(StrictModel):
     """`shard.reencode`: how the shard stage re-encodes each video (H.264 MP4) before packing it.
 
     Small frames and short GOPs make sparse frame sampling cheap to decode at training time. Read by
-    `write_shard` for every video; the settings are part of each shard's fingerprint, so changing
-    them rewrites the shards.
-    """
+    `write_shard` for every video; part of each shard's fingerprint (a change rewrites the shards)."""
 
     short_side: int = Field(256, ge=16, description="Resize so the shorter side has this many pixels.")
     fps: float | None = Field(None, gt=0, description="Resample to this frame rate (None keeps it).")
@@ -50,6 +48,9 @@ class SynthConfig(StrictModel):
     size: int = Field(64, ge=16, multiple_of=2, description="Frame height and width in pixels (even: H.264).")
     fps: int = Field(12, ge=1, description="Frame rate written into the MP4s.")
     seed: int = Field(0, description="Seeds the generated motions.")
+    objects_per_video: int = Field(
+        1, ge=1, le=4, description="Moving shapes per video, one label each (2 or more: label_separator '|')."
+    )
 
 
 class ShardConfig(StrictModel):
@@ -65,8 +66,11 @@ class ShardConfig(StrictModel):
     )
     format: DatasetFormat = Field(
         "csv",
-        description="Layout of the source dataset: folder (class folders), kinetics, ssv2, csv (path, "
-        "label), or unlabeled (every video of a folder, or a CSV with a path column: for pretraining).",
+        description="Layout of the source dataset: folder (class folders), kinetics, ssv2, csv (path, label), "
+        "json ([{path, label}], label: a name or names), unlabeled (a folder or path list: pretraining).",
+    )
+    label_separator: str | None = Field(
+        None, min_length=1, description="csv, kinetics: labels are sets split on this ('|'): multi-label."
     )
     video_root: StorageLocation | None = Field(
         None, description="Where annotation formats find the videos (None: the annotation file's folder)."
@@ -136,9 +140,13 @@ class ShardConfig(StrictModel):
     jpeg_quality: int = Field(90, ge=1, le=100, description="Frames store: JPEG quality (libjpeg scale).")
 
     @model_validator(mode="after")
-    def _one_label_set(self) -> ShardConfig:
+    def _settings_agree(self) -> ShardConfig:
         if self.classes is not None and self.classes_file is not None:
             raise ValueError("set classes or classes_file, not both")
+        if self.label_separator is not None and self.format not in ("csv", "kinetics"):
+            raise ValueError(f"label_separator applies to formats csv and kinetics, not {self.format}")
+        if self.store == "frames" and self.reencode is not None:
+            raise ValueError("reencode applies to store 'video'; the frames store takes fps and short_side")
         return self
 
     @field_validator("ray_address")
@@ -150,12 +158,6 @@ class ShardConfig(StrictModel):
                 "(host:6379) or Ray Client (ray://host:10001) address"
             )
         return address
-
-    @model_validator(mode="after")
-    def _reencode_is_for_the_video_store(self) -> ShardConfig:
-        if self.store == "frames" and self.reencode is not None:
-            raise ValueError("reencode applies to store 'video'; the frames store takes fps and short_side")
-        return self
 
 
 class RandAugmentConfig(StrictModel):

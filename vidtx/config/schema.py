@@ -23,6 +23,7 @@ from vidtx.locations import StorageLocation
 
 NO_SUCH_SETTING = "no such setting"
 Ensemble = Literal["logits_sum", "prob_mean"]
+ViewAggregation = Literal["mean", "max"]
 EvalWeights = Literal["auto", "ema", "raw"]
 
 
@@ -40,6 +41,18 @@ class EvalConfig(StrictModel):
     num_clips: int = Field(1, ge=1, description="Temporal views per video.")
     num_crops: int = Field(3, ge=1, le=3, description="Spatial views per clip (1: centre; 3: 3-crop).")
     ensemble: Ensemble = Field("logits_sum", description="Primary way to combine views (both are reported).")
+    view_aggregation: ViewAggregation = Field(
+        "mean",
+        description="Multi-label models: how a video's per-view class probabilities (sigmoids) are combined, "
+        "mean or max (both are reported; this one decides model promotion).",
+    )
+    threshold: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Multi-label models: the probability from which a class is predicted (F1 here; the "
+        "labels the served model and `vidtx predict` return, unless predict.threshold says otherwise).",
+    )
     batch_size: int = Field(8, ge=1, description="Videos per evaluation batch (each with all its views).")
     num_workers: int = Field(1, ge=1, description="Ray workers for evaluation (1: in one process).")
     weights: EvalWeights = Field(
@@ -52,14 +65,18 @@ class EvalConfig(StrictModel):
 class RegistryConfig(StrictModel):
     """`registry`: the MLflow registered model and its aliases.
 
-    Read by the register stage: every new version whose top-1 reaches `min_top1` (default: better
-    than chance) gets `challenger_alias`; `champion_alias` moves to it when it beats the champion on
-    `metric` measured on the same split and views. A version below the floor is registered without
-    an alias.
+    Read by the register stage: every new version whose top-1 (a multi-label model's mAP) reaches
+    `min_top1` (`min_map`; default: better than chance) gets `challenger_alias`; `champion_alias`
+    moves to it when it beats the champion on `metric` measured on the same split and views. A
+    version below the floor is registered without an alias.
     """
 
     model_name: str = Field("vidtx-xvit", description="MLflow registered model name.")
-    metric: str = Field("top1", description="Evaluation metric that decides champion promotion.")
+    metric: str | None = Field(
+        None,
+        description="Evaluation metric that decides champion promotion (None: top1, or mean_ap for a "
+        "multi-label model).",
+    )
     greater_is_better: bool = Field(True, description="Whether a higher `metric` is better.")
     champion_alias: str = Field("champion", description="Alias of the best version so far.")
     challenger_alias: str = Field("challenger", description="Alias of the newest version above the floor.")
@@ -71,6 +88,14 @@ class RegistryConfig(StrictModel):
             "Top-1 accuracy a version needs to get an alias (challenger, then maybe champion); None: "
             "better than chance (1 / number of classes). Top-1 whatever `metric` is: its chance level is known."
         ),
+    )
+    min_map: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Multi-label models: the mean average precision a version needs to get an alias; None: "
+        "better than chance (the mean over classes of their share of the split's videos, what random "
+        "scores reach).",
     )
     export_onnx: bool = Field(
         False,
@@ -123,6 +148,13 @@ class PredictConfig(StrictModel):
         None, description="Write the predictions here: a .parquet or .csv file, here or in a bucket."
     )
     top_k: int = Field(5, ge=1, description="Classes kept per video (top_k_labels, top_k_scores).")
+    threshold: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Multi-label models: every class whose probability reaches this is returned (labels, "
+        "scores); None: the model's own eval.threshold.",
+    )
     window: float | None = Field(
         None,
         gt=0,
@@ -198,6 +230,40 @@ class PipelineConfig(StrictModel):
                     shown = "" if str(err) == NO_SUCH_SETTING else f"{value!r}: "
                     raise ValueError(f"space.{key}: {shown}{err}") from None
         return sweep
+
+    @model_validator(mode="after")
+    def _losses_of_the_task(self) -> PipelineConfig:
+        """Focal loss and class weights are single-label options (a multi-label loss is a sigmoid per
+        class; its imbalance is each class's own positives against negatives)."""
+        if self.model.task == "multi_label":
+            for field, value, off in (
+                ("loss", self.train.loss, "cross_entropy"),
+                ("class_weights", self.train.class_weights, "none"),
+            ):
+                if value != off:
+                    raise ValueError(
+                        f"train.{field}: {value} is for single-label models; model.task is multi_label "
+                        f"(set train.{field}={off})"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _generated_label_sets_are_read_as_such(self) -> PipelineConfig:
+        """Videos generated with several objects carry label sets joined by "|", which sharding must
+        split (or it would read "growing|moving_up" as one class)."""
+        if self.synth is not None and self.synth.objects_per_video > 1 and self.shard.label_separator != "|":
+            raise ValueError(
+                f"shard.label_separator: {self.shard.label_separator!r}; synth.objects_per_video "
+                f"{self.synth.objects_per_video} writes label sets joined by '|': set shard.label_separator='|'"
+            )
+        return self
+
+    @property
+    def promotion_metric(self) -> str:
+        """The evaluation metric that decides champion promotion (`registry.metric`, by default the
+        task's headline: top1, or mean_ap for a multi-label model)."""
+        default = "mean_ap" if self.model.task == "multi_label" else "top1"
+        return self.registry.metric or default
 
     def for_trial(self, values: dict[str, Any]) -> PipelineConfig:
         """This config with the dotted keys of `values` set, as one trial of its sweep trains it (no

@@ -109,7 +109,9 @@ class SweepConfig(StrictModel):
         "under registry) or masked_autoencoding (pretraining, compared by val_loss; the best trial's "
         "encoder registered under pretrain).",
     )
-    metric: Literal["val_top1", "val_loss"] = Field("val_top1", description="Validation metric compared.")
+    metric: Literal["val_top1", "val_map", "val_loss"] = Field(
+        "val_top1", description="Validation metric compared (val_map: a multi-label model's mAP)."
+    )
     mode: Literal["max", "min"] = Field("max", description="Whether a higher or a lower `metric` is better.")
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     seed: int | None = Field(0, description="Seeds the sampling of the space (None: unseeded).")

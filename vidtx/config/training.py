@@ -13,6 +13,9 @@ from vidtx.locations import location
 AttentionImpl = Literal["auto", "sdpa", "math"]
 Precision = Literal["bf16", "fp16", "fp32"]
 Placement = Literal["pack", "spread", "strict_pack", "strict_spread"]
+Task = Literal["single_label", "multi_label"]
+Loss = Literal["cross_entropy", "focal"]
+ClassWeights = Literal["none", "balanced"]
 
 
 class ModelConfig(StrictModel):
@@ -23,6 +26,12 @@ class ModelConfig(StrictModel):
     """
 
     name: str = Field("xvit_tiny", description="Preset from the model registry (`vidtx models`).")
+    task: Task = Field(
+        "single_label",
+        description="single_label: one class per video (softmax, cross entropy, top-1); multi_label: a set "
+        "of classes per video (a sigmoid per class, binary cross entropy, mAP), for data sharded with "
+        "label sets (shard.label_separator, or the json format's lists).",
+    )
     attention_impl: AttentionImpl = Field(
         "auto", description="auto/sdpa: torch scaled_dot_product_attention (fused); math: explicit softmax."
     )
@@ -180,7 +189,23 @@ class TrainConfig(StrictModel):
     )
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    label_smoothing: float = Field(0.0, ge=0, lt=1, description="Cross-entropy label smoothing.")
+    label_smoothing: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Label smoothing s: a target row is (1 - s) * the label (or label set) + s / classes.",
+    )
+    loss: Loss = Field(
+        "cross_entropy",
+        description="Single-label loss: cross_entropy, or focal (each clip's term scaled by (1 - p)^gamma, "
+        "p its probability of the target: easy clips count less; Lin et al. 2017).",
+    )
+    focal_gamma: float = Field(2.0, ge=0, description="The focal loss's gamma (0: cross entropy).")
+    class_weights: ClassWeights = Field(
+        "none",
+        description="Single-label loss weights per class: none, or balanced (1 / (classes x the class's "
+        "share of the training stream), from the manifests' counts: rare classes weigh more).",
+    )
     mixup_alpha: float = Field(0.0, ge=0, description="Mixup Beta(alpha, alpha); 0 turns it off.")
     cutmix_alpha: float = Field(
         0.0, ge=0, description="CutMix Beta(alpha, alpha), one box for all frames of a clip; 0 turns it off."

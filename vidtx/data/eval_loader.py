@@ -30,7 +30,8 @@ import webdataset as wds
 from vidtx.cache import shard_cache
 from vidtx.clips.views import test_views
 from vidtx.config import DataConfig
-from vidtx.data.mixing import relabel, relabelled
+from vidtx.data.labels import label_target
+from vidtx.data.mixing import relabelled
 from vidtx.data.samples import SAMPLE_ERRORS, open_sample, sample_name
 from vidtx.data.shares import EvalSamples
 from vidtx.data.web_loader import log_and_continue, web_loader
@@ -39,28 +40,39 @@ from vidtx.manifest import load_manifest
 log = logging.getLogger(__name__)
 
 
-EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]  # views uint8 (B, V, T, H, W, C), labels, keys
+# views uint8 (B, V, T, H, W, C); labels int64 (B,), or with multi_label float32 multi-hot (B, K); keys
+EvalBatch = tuple[torch.Tensor, torch.Tensor, list[str]]
 
 
 def _eval_views(
-    samples: Iterable[dict[str, Any]], cfg: DataConfig, num_clips: int, num_crops: int, labels: list[int]
-) -> Iterator[tuple[torch.Tensor, int, str]]:
-    """All test views of each video, uint8 (clips * crops, T, H, W, C), with its label (the split's
-    label id through `labels`) and source key."""
+    samples: Iterable[dict[str, Any]],
+    cfg: DataConfig,
+    num_clips: int,
+    num_crops: int,
+    labels: list[int],
+    num_classes: int,
+    multi_label: bool,
+    split: str,
+) -> Iterator[tuple[torch.Tensor, int | torch.Tensor, str]]:
+    """All test views of each video, uint8 (clips * crops, T, H, W, C), with its label (`label_target`:
+    the split's label ids through `labels` into a label set of `num_classes`) and source key."""
     for sample in samples:
         try:
             video, meta = open_sample(sample, cfg.crop_size, cfg.decode_threads)
             views = test_views(video, cfg, num_clips, num_crops, (0, video.num_frames))
-            label = relabel(labels, int(meta["label"]))
+            where = f"split {split!r}: sample {sample_name(sample)}"
+            label = label_target(meta, labels, num_classes, multi_label, where)
         except (*SAMPLE_ERRORS, IndexError) as err:
             log.warning("skipping evaluation sample %s: %s", sample_name(sample), err)
             continue
         yield views, label, str(meta["key"])
 
 
-def _collate_eval(batch: list[tuple[torch.Tensor, int, str]]) -> EvalBatch:
+def _collate_eval(batch: list[tuple[torch.Tensor, int | torch.Tensor, str]]) -> EvalBatch:
     views, labels, keys = zip(*batch, strict=True)
-    return torch.stack(views), torch.tensor(labels, dtype=torch.int64), list(keys)
+    if isinstance(labels[0], torch.Tensor):
+        return torch.stack(views), torch.stack(labels), list(keys)  # labels float32 (B, K)
+    return torch.stack(views), torch.tensor(labels, dtype=torch.int64), list(keys)  # labels (B,)
 
 
 def build_eval_loader(
@@ -73,12 +85,16 @@ def build_eval_loader(
     rank: int | None = None,
     world_size: int | None = None,
     class_names: Sequence[str] | None = None,
+    multi_label: bool = False,
 ) -> wds.WebLoader:
-    """Evaluation batches (views uint8 (B, V, T, H, W, C) with V = clips x crops, labels (B,), source
+    """Evaluation batches (views uint8 (B, V, T, H, W, C) with V = clips x crops, labels, source
     keys); `rank`/`world_size` default to RANK / WORLD_SIZE or the torch.distributed group. Labels
-    index `class_names` (the model's; default: the split's own)."""
+    index `class_names` (the model's, K classes; default: the split's own): int64 (B,), or with
+    `multi_label` float32 multi-hot (B, K); without it, a sample with several labels raises
+    `MultiLabelSampleError`."""
     manifest = load_manifest(cfg.shards, split)
-    labels = relabelled(manifest, class_names if class_names is not None else manifest.class_names)
+    class_names = class_names if class_names is not None else manifest.class_names
+    labels = relabelled(manifest, class_names)
     urls = manifest.shard_urls()
     if rank is None or world_size is None:
         # Resolved here, in the evaluating process: DataLoader workers see no torch.distributed group
@@ -86,7 +102,16 @@ def build_eval_loader(
         rank, world_size, _, _ = wds.utils.pytorch_worker_info()
     dataset = wds.DataPipeline(
         EvalSamples(urls, rank, world_size, log_and_continue, shard_cache(cfg)),
-        partial(_eval_views, cfg=cfg, num_clips=num_clips, num_crops=num_crops, labels=labels),
+        partial(
+            _eval_views,
+            cfg=cfg,
+            num_clips=num_clips,
+            num_crops=num_crops,
+            labels=labels,
+            num_classes=len(class_names),
+            multi_label=multi_label,
+            split=split,
+        ),
         wds.batched(batch_size, collation_fn=_collate_eval, partial=True),
     )
     return web_loader(dataset, cfg.num_workers, __name__)

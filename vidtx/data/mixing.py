@@ -62,6 +62,11 @@ class TrainingData:
         return sum(source.manifest.num_samples for source in self.sources)
 
     @property
+    def multi_label(self) -> bool:
+        """Whether a source's samples carry label sets (`Manifest.multi_label`)."""
+        return any(source.manifest.multi_label for source in self.sources)
+
+    @property
     def weights(self) -> list[float]:
         return [source.weight for source in self.sources]
 
@@ -74,7 +79,8 @@ class TrainingData:
         return hashlib.sha256(json.dumps(mixed).encode()).hexdigest()
 
     def class_frequencies(self) -> np.ndarray:
-        """(classes,) how often each merged class comes in the mixed stream (sums to 1)."""
+        """(classes,) how often each merged class comes in the mixed stream (sums to 1; of a multi-label
+        split, among all the labels of its videos)."""
         frequencies = np.zeros(len(self.class_names))
         for source in self.sources:
             counts = source.manifest.counts_per_class

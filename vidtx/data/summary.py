@@ -36,7 +36,9 @@ def describe(manifest: Manifest) -> str:
     total_bytes = sum(shard.bytes for shard in manifest.shards)
     lines = [
         f"split {manifest.split}: {manifest.num_samples} samples in {len(manifest.shards)} shards "
-        f"({total_bytes / 1e6:.1f} MB), {manifest.num_classes} classes, {len(manifest.rejects)} rejected",
+        f"({total_bytes / 1e6:.1f} MB), {manifest.num_classes} classes"
+        f"{' (multi-label: videos counted under each of their labels)' if manifest.multi_label else ''}, "
+        f"{len(manifest.rejects)} rejected",
         f"content hash {manifest.content_hash}",
     ]
     width = max((len(name) for name in manifest.class_names), default=0)
@@ -66,14 +68,15 @@ def contact_sheet(
     manifest: Manifest, output: Location, *, num_videos: int = 4, num_frames: int = 8, short_side: int = 128
 ) -> Location:
     """A PNG with one row per video (the first `num_videos` of the split) of `num_frames` frames
-    spread over the whole video, titled with the label; returns the path written."""
+    spread over the whole video, titled with its label (or labels); returns the path written."""
     rows = list(itertools.islice(_sheet_rows(manifest, num_frames, short_side), num_videos))
     figure = Figure(figsize=(1.6 * num_frames, 1.8 * max(1, len(rows))))
     axes = figure.subplots(max(1, len(rows)), num_frames, squeeze=False)
     for axis in axes.flat:
         axis.axis("off")
     for row, (frames, meta) in enumerate(rows):
-        axes[row, 0].set_title(f"{meta['label_name']} ({meta['key']})", loc="left", fontsize=8)
+        names = " | ".join(map(str, meta.get("label_names", [meta["label_name"]])))
+        axes[row, 0].set_title(f"{names} ({meta['key']})", loc="left", fontsize=8)
         for column, frame in enumerate(frames):
             axes[row, column].imshow(frame)
     figure.tight_layout()

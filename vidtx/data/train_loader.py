@@ -3,7 +3,8 @@ environment).
 
     per source: this rank's shards of the epoch (cycled, split by DataLoader worker) -> tar samples
     -> mixed by weight (`vidtx.data.mixing`) -> shuffle buffer -> decode once, sample k clips,
-    augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C)
+    augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C), labels in the merged label set
+    (int64 ids, or float32 multi-hot vectors with `multi_label`: `vidtx.data.labels`)
 
 Each epoch each source's shards are dealt out to the ranks (`vidtx.data.shares`: disjoint sets that together
 are the whole split, on one node or many; with fewer shards than ranks every rank reads all of
@@ -39,7 +40,8 @@ from vidtx.clips.sampling import FrameSampler
 from vidtx.clips.views import frames_at
 from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import fetch_settings
-from vidtx.data.mixing import TrainingData, TrainingSource, relabel, training_data
+from vidtx.data.labels import label_target
+from vidtx.data.mixing import TrainingData, TrainingSource, training_data
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.read_ahead import Opened, Pending, open_pending, read_ahead
 from vidtx.data.samples import SAMPLE_ERRORS, sample_name
@@ -53,7 +55,7 @@ log = logging.getLogger(__name__)
 
 class TrainBatch(NamedTuple):
     clips: torch.Tensor  # uint8 (B, T, H, W, C)
-    labels: torch.Tensor  # int64 (B,)
+    labels: torch.Tensor  # int64 (B,); with multi_label float32 multi-hot (B, K), K classes
     keys: list[str]  # each clip's sample
 
 
@@ -65,7 +67,7 @@ class TrainClip(NamedTuple):
     """A clip on its way to a batch, with where it came from in its DataLoader worker's stream."""
 
     clip: torch.Tensor  # uint8 (T, H, W, C)
-    label: int
+    label: int | torch.Tensor  # the label id, or with multi_label float32 multi-hot (K,)
     key: str  # the sample's key
     worker: int  # the DataLoader worker
     sample: int  # the sample's index in the worker's stream
@@ -80,10 +82,11 @@ def _train_clips(
     data: TrainingData,
     ledgers: list[PassLedger],
     start: EpochPosition,
+    multi_label: bool,
 ) -> Iterator[TrainClip]:
     """Decode each video once and yield `cfg.repeated_sampling` augmented uint8 clips of it, labelled
-    in `data`'s merged label set; what each sample gave goes into its source's ledger. A sample that
-    fails is logged once, not every pass. The worker's
+    in `data`'s merged label set (`label_target`); what each sample gave goes into its source's
+    ledger. A sample that fails is logged once, not every pass. The worker's
     stream starts where `start` has it: the samples before are passed over undecoded (they were
     judged by the ledger of the run that took them), and the clips taken of the next one dropped."""
     worker = _dataloader_worker()
@@ -105,7 +108,9 @@ def _train_clips(
         error = opened if isinstance(opened, Exception) else None
         if isinstance(opened, Opened):
             try:
-                label = relabel(data.sources[item.sample["__source__"]].labels, int(opened.meta["label"]))
+                source = data.sources[item.sample["__source__"]]
+                where = f"split {source.manifest.split!r}: sample {sample_name(item.sample)}"
+                label = label_target(opened.meta, source.labels, len(data.class_names), multi_label, where)
                 key = str(opened.meta["key"])
                 clips = [transform(frames, item.rng) for frames in frames_at(opened.video, opened.indices)]
             except (*SAMPLE_ERRORS, IndexError) as err:
@@ -122,7 +127,11 @@ def _train_clips(
 def _collate_train(batch: list[TrainClip]) -> tuple[TrainBatch, TrainClip]:
     """The batch, and its last clip's place (where its worker's stream stands after it)."""
     clips = torch.stack([item.clip for item in batch])
-    labels = torch.tensor([item.label for item in batch], dtype=torch.int64)
+    labels = (
+        torch.stack([item.label for item in batch])  # float32 (B, K)
+        if isinstance(batch[0].label, torch.Tensor)
+        else torch.tensor([item.label for item in batch], dtype=torch.int64)  # (B,)
+    )
     return TrainBatch(clips, labels, [item.key for item in batch]), batch[-1]._replace(clip=torch.empty(0))
 
 
@@ -131,8 +140,8 @@ class TrainLoader:
     iteration left part-way continues from there: `state_dict` is where the rank is in the epoch
     (`vidtx.data.position`), which `load_state_dict` restores exactly."""
 
-    def __init__(self, cfg: DataConfig, batch_size: int, seed: int, epoch: int) -> None:
-        self.cfg, self.batch_size, self.seed = cfg, batch_size, seed
+    def __init__(self, cfg: DataConfig, batch_size: int, seed: int, epoch: int, multi_label: bool) -> None:
+        self.cfg, self.batch_size, self.seed, self.multi_label = cfg, batch_size, seed, multi_label
         self.data = training_data(cfg)
         for source in self.data.sources:
             check_shards(source.manifest, source.shards)
@@ -205,6 +214,7 @@ class TrainLoader:
                 data=self.data,
                 ledgers=[stream.ledger for stream in streams],
                 start=start,
+                multi_label=self.multi_label,
             ),
             wds.batched(self.batch_size, collation_fn=_collate_train, partial=False),
         )
@@ -244,7 +254,11 @@ class TrainLoader:
         )
 
 
-def build_train_loader(cfg: DataConfig, *, batch_size: int, seed: int, epoch: int = 0) -> TrainLoader:
-    """Training batches (clips uint8 (B, T, H, W, C), labels int64 (B,), sample keys); one iteration
-    is one epoch of about num_samples / world_size clips for this rank."""
-    return TrainLoader(cfg, batch_size, seed, epoch)
+def build_train_loader(
+    cfg: DataConfig, *, batch_size: int, seed: int, epoch: int = 0, multi_label: bool = False
+) -> TrainLoader:
+    """Training batches (clips uint8 (B, T, H, W, C), labels, sample keys); one iteration is one epoch
+    of about num_samples / world_size clips for this rank. Labels index the merged label set of K
+    classes (`TrainLoader.data.class_names`): int64 (B,), or with `multi_label` float32 multi-hot
+    (B, K); without it, a sample with several labels raises `MultiLabelSampleError`."""
+    return TrainLoader(cfg, batch_size, seed, epoch, multi_label)

@@ -2,7 +2,9 @@
 
 Every video gives `num_clips x num_crops` views; the per-view logits are combined per video both by
 summing logits and by averaging softmax probabilities, and both are reported (`eval.ensemble` picks
-the primary one, which decides model promotion).
+the primary one, which decides model promotion). A multi-label model's views are combined as the mean
+and as the max of their sigmoids, scored by mAP and F1 (`vidtx.eval.multilabel`; `eval.view_aggregation`
+picks the primary one).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from vidtx.clips.views import view_logits
 from vidtx.config import DataConfig, EvalConfig
 from vidtx.data.eval_loader import build_eval_loader
 from vidtx.eval.metrics import classification_metrics, combine_views, video_loss
+from vidtx.eval.multilabel import AGGREGATIONS, multilabel_metrics, video_bce, view_probabilities
 from vidtx.log import track
 from vidtx.manifest import Manifest
 from vidtx.ray_session import ray_session
@@ -33,7 +36,7 @@ class ViewLogits:
     """Per-view logits of the videos one worker evaluated."""
 
     logits: torch.Tensor  # (N, V, K)
-    labels: torch.Tensor  # (N,)
+    labels: torch.Tensor  # (N,), or label sets (N, K)
     keys: list[str]
 
     @staticmethod
@@ -58,9 +61,11 @@ def predict_split(
     world_size: int = 1,
     expected_videos: int | None = None,
     class_names: Sequence[str] | None = None,
+    multi_label: bool = False,
 ) -> ViewLogits:
     """Per-view logits for this rank's share of the split's shards, labels indexing `class_names` (the
-    model's; default: the split's); with a progress bar over `expected_videos` when given."""
+    model's; default: the split's; with `multi_label`, label sets over them); with a progress bar over
+    `expected_videos` when given."""
     model.eval()
     loader = build_eval_loader(
         data,
@@ -71,6 +76,7 @@ def predict_split(
         rank=rank,
         world_size=world_size,
         class_names=class_names,
+        multi_label=multi_label,
     )
     logits, labels, keys = [], [], []
     batches = (
@@ -100,10 +106,12 @@ def evaluate(
     data: DataConfig,
     eval_cfg: EvalConfig,
     class_names: Sequence[str] | None = None,
+    multi_label: bool = False,
 ) -> EvalResult:
-    """Evaluate `model`, whose logits are `class_names` (default: the split's classes), on the split
-    `manifest` describes with the views of `eval_cfg`, in one process when `eval_cfg.num_workers == 1`,
-    else over that many Ray tasks (shards split between them).
+    """Evaluate `model`, whose logits are `class_names` (default: the split's classes; with
+    `multi_label`, a sigmoid each), on the split `manifest` describes with the views of `eval_cfg`, in
+    one process when `eval_cfg.num_workers == 1`, else over that many Ray tasks (shards split between
+    them).
 
     `data` says how clips are made (frames, sampling, crop size, normalisation) and where the shards are.
     """
@@ -114,6 +122,7 @@ def evaluate(
         "num_crops": eval_cfg.num_crops,
         "batch_size": eval_cfg.batch_size,
         "class_names": class_names,
+        "multi_label": multi_label,
     }
     if eval_cfg.num_workers == 1:
         outputs = predict_split(model, data, split, **kwargs, expected_videos=manifest.num_samples)
@@ -128,23 +137,36 @@ def evaluate(
             outputs = ViewLogits.concat(ray.get(futures))
     if not outputs.keys:
         raise RuntimeError(f"no video of split '{split}' in {data.shards} could be evaluated")
-    scores = combine_views(outputs.logits)
+    logits, labels = outputs.logits, outputs.labels
+    if multi_label:
+        primary, loss = eval_cfg.view_aggregation, video_bce(logits, labels)
+        by_ensemble = {
+            how: multilabel_metrics(view_probabilities(logits, how), labels, eval_cfg.threshold)
+            for how in AGGREGATIONS
+        }
+    else:
+        primary, loss = eval_cfg.ensemble, video_loss(logits, labels)
+        by_ensemble = {
+            name: classification_metrics(score, labels) for name, score in combine_views(logits).items()
+        }
     result = EvalResult(
         split=split,
         views=f"{eval_cfg.num_clips}x{eval_cfg.num_crops}",
-        primary=eval_cfg.ensemble,
-        by_ensemble={name: classification_metrics(score, outputs.labels) for name, score in scores.items()},
-        loss=video_loss(outputs.logits, outputs.labels),
+        primary=primary,
+        by_ensemble=by_ensemble,
+        loss=loss,
         num_videos=len(outputs.keys),
         num_skipped=manifest.num_samples - len(outputs.keys),
         class_names=class_names,
         manifest_hash=manifest.content_hash,
     )
+    headline = "mean_ap" if multi_label else "top1"
     logger.info(
-        "%s: top-1 %.3f (%s), %d videos, %d skipped",
+        "%s: %s %.3f (%s), %d videos, %d skipped",
         split,
-        result.metrics()["top1"],
-        eval_cfg.ensemble,
+        headline,
+        result.metrics()[headline],
+        primary,
         result.num_videos,
         result.num_skipped,
     )

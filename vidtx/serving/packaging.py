@@ -73,15 +73,23 @@ OUTPUT_SPECS = {
     "score": ColSpec("double", "score", required=False),
     "top_k_labels": ColSpec(Array("string"), "top_k_labels"),
     "top_k_scores": ColSpec(Array("double"), "top_k_scores"),
+    "labels": ColSpec(Array("string"), "labels", required=False),  # multi-label models only
+    "label_scores": ColSpec(Array("double"), "label_scores", required=False),
     "embedding": ColSpec(Array("double"), "embedding", required=False),
     "error": ColSpec("string", "error", required=False),
 }
 
 
-def signature(served: type[ServedVideoModel], default_params: dict[str, int | bool]) -> ModelSignature:
+PARAM_TYPES = ((bool, "boolean"), (int, "long"), (float, "double"))  # bool first: a bool is an int
+
+
+def signature(
+    served: type[ServedVideoModel], default_params: dict[str, int | bool | float]
+) -> ModelSignature:
     outputs = [OUTPUT_SPECS[column] for column in served.OUTPUT_COLUMNS]
     params = [
-        ParamSpec(k, "boolean" if isinstance(v, bool) else "long", v) for k, v in default_params.items()
+        ParamSpec(k, next(name for kind, name in PARAM_TYPES if isinstance(v, kind)), v)
+        for k, v in default_params.items()
     ]
     return ModelSignature(Schema([ColSpec("binary", INPUT_COLUMN)]), Schema(outputs), ParamSchema(params))
 

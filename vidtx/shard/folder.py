@@ -154,7 +154,7 @@ def read_folder(root: Location, classes: Sequence[str] | None = None) -> Source:
             "/".join(file.parts),
             key,
             file.path,
-            file.parts[-2],
+            (file.parts[-2],),
             split_name(file.parts[0], str(join(root, file.parts[0]))) if split_layout else "train",
             _PROBLEMS.get(file.kind),
         )

@@ -18,7 +18,7 @@ from vidtx import storage
 from vidtx.config import ConfigError, ShardConfig
 from vidtx.locations import Location
 from vidtx.manifest import recorded_name, shard_name
-from vidtx.shard.records import normalise_split
+from vidtx.shard.records import UNLABELLED, normalise_split
 from vidtx.shard.sources import Source, VideoRecord, read_source
 
 TAR_OVERHEAD_BYTES = 2048  # per sample: two member headers, the json member, block padding
@@ -33,8 +33,15 @@ class ShardItem(BaseModel):
     source_key: str  # the video's key in the source dataset, recorded (`recorded_name`) in the sample's json
     path: str  # where to read the video
     source: str  # the path recorded in the sample's json (relative to the dataset root when possible)
-    label: int  # label id (index into ShardSpec.class_names)
+    label: int  # label id (index into ShardSpec.class_names); a multi-label item's first
     problem: str | None = None  # an annotation problem: the item is a reject without being read
+    labels: tuple[int, ...] | None = None  # a multi-label split's item: every label id; None: single-label
+
+    @property
+    def label_ids(self) -> tuple[int, ...]:
+        """Every label id of the item (none for an unlabeled dataset's video)."""
+        ids = self.labels if self.labels is not None else (self.label,)
+        return tuple(label for label in ids if label != UNLABELLED)
 
 
 class ShardSpec(BaseModel):
@@ -49,6 +56,7 @@ class ShardSpec(BaseModel):
     index: int  # shard number within the split: the NNNNNN of the tar name
     items: tuple[ShardItem, ...]  # in tar order
     class_names: tuple[str, ...]  # the source's label map, recorded: index = label id
+    multi_label: bool = False  # items carry label sets (`ShardItem.labels`)
 
     @property
     def name(self) -> str:
@@ -56,7 +64,9 @@ class ShardSpec(BaseModel):
 
     def fingerprint(self, cfg: ShardConfig) -> str:
         """Changes whenever the bytes of the shard could: its plan or the per-video processing."""
-        recipe = {"spec": self.model_dump(mode="json", exclude_none=True), "min_frames": cfg.min_frames}
+        # Defaults left out: a single-label spec keeps the fingerprint it had before label sets existed.
+        spec = self.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+        recipe = {"spec": spec, "min_frames": cfg.min_frames}
         recipe["reencode"] = cfg.reencode.model_dump(mode="json") if cfg.reencode else None
         if cfg.store == "frames":  # absent for the video store: its shards keep their fingerprints
             recipe["frames"] = {
@@ -76,7 +86,13 @@ def label_set(cfg: ShardConfig) -> list[str] | None:
 
 def read_dataset(cfg: ShardConfig) -> Source:
     """The dataset `cfg` names (its records and its ignored files)."""
-    return read_source(cfg.source, cfg.format, video_root=cfg.video_root, classes=label_set(cfg))
+    return read_source(
+        cfg.source,
+        cfg.format,
+        video_root=cfg.video_root,
+        classes=label_set(cfg),
+        label_separator=cfg.label_separator,
+    )
 
 
 def plan_shards(cfg: ShardConfig, source: Source | None = None) -> list[ShardSpec]:
@@ -103,10 +119,19 @@ def plan_shards(cfg: ShardConfig, source: Source | None = None) -> list[ShardSpe
                     source=recorded_name(storage.relative_name(record.path, source.root)),
                     label=record.label,
                     problem=record.problem,
+                    labels=record.labels,
                 )
                 for position, record in enumerate(group)
             )
-            specs.append(ShardSpec(split=split, index=index, items=items, class_names=class_names))
+            specs.append(
+                ShardSpec(
+                    split=split,
+                    index=index,
+                    items=items,
+                    class_names=class_names,
+                    multi_label=source.multi_label,
+                )
+            )
     return specs
 
 

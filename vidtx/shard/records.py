@@ -10,6 +10,12 @@ where a split becomes a file name.)
 
 A bad row keeps its place as a record with a `problem` (reported as a reject when sharding); a file
 that is not a video of the dataset is an `Ignored` entry with its reason. Nothing is dropped silently.
+
+Labels: a row names a tuple of labels. A single-label source's rows name one each; a multi-label
+source (`Source.multi_label`: read with `shard.label_separator`, or a json list whose rows give a
+list) names a set per row (stripped, duplicates dropped, in written order), and its records carry
+every label id in `labels` (`label` is the first). A row whose set is empty ("", "|", []) is an
+"empty label list" reject; one naming a label outside the label set an "unknown label" reject.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pathlib import PurePath
 from vidtx.locations import Location
 from vidtx.manifest import check_split
 from vidtx.shard.annotations import AnnotationError
+from vidtx.storage import join, parent_of
 
 UNLABELLED = -1  # the label of a record whose row names no known class
 
@@ -30,9 +37,10 @@ UNLABELLED = -1  # the label of a record whose row names no known class
 class VideoRecord:
     key: str  # unique within the dataset: relative path without suffix, YouTube id + times, SSv2 id
     path: Location
-    label: int  # UNLABELLED when the row's class is unknown
+    label: int  # UNLABELLED when the row's class is unknown; a multi-label row's first label
     split: str
     problem: str | None = None  # why the row cannot be used (reported as a reject when sharding)
+    labels: tuple[int, ...] | None = None  # a multi-label source's row: every label id; None: single-label
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class Source:
     records: list[VideoRecord]
     class_names: list[str]  # index = label id
     ignored: list[Ignored] = field(default_factory=list)
+    multi_label: bool = False  # rows name label sets: records carry `labels`
 
     @property
     def label_map(self) -> dict[str, int]:
@@ -69,7 +78,7 @@ class Row:
     where: str  # file:line, file[index] or relative path: where to look when it is reported
     key: str
     path: Location  # the video, or the annotation file when the row itself is malformed
-    class_name: str
+    label_names: tuple[str, ...]  # one name (single-label sources), or the row's label set
     split: str
     problem: str | None = None
 
@@ -88,8 +97,24 @@ def split_name(written: str, where: str) -> str:
         raise AnnotationError(f"{where}: {err}") from None
 
 
+def beside(file: Location, where: str) -> str:
+    """The name of a row's place (`file:line`) beside its file, for messages."""
+    return str(join(parent_of(file), where))
+
+
 def outside_root_problem(written: str, video_root: Location, where: str) -> str:
     return f"outside the video root: {written!r} ({where}) is not inside {video_root}"
+
+
+def split_labels(written: str, separator: str | None) -> tuple[str, ...]:
+    """The label names of a label field: split on `separator` (None: the whole field is one name),
+    stripped, empty ones and repeats dropped, in written order."""
+    names = written.split(separator) if separator is not None else [written]
+    return tuple(dict.fromkeys(name.strip() for name in names if name.strip()))
+
+
+def empty_labels_problem(written: object, where: str) -> str:
+    return f"empty label list ({where}: {written!r})"
 
 
 def unique_keys(paths: Sequence[PurePath]) -> list[str]:
@@ -115,23 +140,33 @@ def labelled(
     classes: Sequence[str] | None = None,
     class_source: str = "the given classes",
     ignored: Sequence[Ignored] = (),
+    multi_label: bool = False,
 ) -> Source:
     """Records from rows: classes from `classes` (named `class_source` in messages) or, when None,
-    from the usable rows; a row with an unknown class or an already listed key gets its problem."""
+    from the usable rows; a row with an unknown class or an already listed key gets its problem. With
+    `multi_label`, records carry every label id of their row (`VideoRecord.labels`)."""
     class_names = (
-        list(classes) if classes is not None else class_order(r.class_name for r in rows if not r.problem)
+        list(classes)
+        if classes is not None
+        else class_order(name for row in rows if not row.problem for name in row.label_names)
     )
     label_map = {name: index for index, name in enumerate(class_names)}
     first_seen: dict[str, Row] = {}
     records = []
     for row in rows:
         problem = row.problem
-        if problem is None and row.class_name not in label_map:
-            problem = f"unknown label: {row.class_name!r} ({row.where}) is not in {class_source}"
+        unknown = next((name for name in row.label_names if name not in label_map), None)
+        if problem is None and unknown is not None:
+            problem = f"unknown label: {unknown!r} ({row.where}) is not in {class_source}"
         if problem is None:
             first = first_seen.setdefault(row.key, row)
             if first is not row:
                 problem = f"duplicate key: {row.key!r} ({row.where}) is already listed at {first.where}"
-        label = label_map.get(row.class_name, UNLABELLED)
-        records.append(VideoRecord(row.key, row.path, label, row.split, problem))
-    return Source(root=root, records=records, class_names=class_names, ignored=list(ignored))
+        labels = tuple(label_map.get(name, UNLABELLED) for name in row.label_names)
+        label = labels[0] if labels else UNLABELLED
+        records.append(
+            VideoRecord(row.key, row.path, label, row.split, problem, labels if multi_label else None)
+        )
+    return Source(
+        root=root, records=records, class_names=class_names, ignored=list(ignored), multi_label=multi_label
+    )

@@ -12,6 +12,12 @@ Formats (`DatasetFormat`):
   is `<id>.webm` (or any video extension) anywhere under the video root.
 * csv: a generic CSV with a header holding `path` and `label` (and optionally `split`, default
   "train"); paths are relative to the video root, and must stay inside it.
+* json: a JSON array of `{"path", "label", "split"}` objects, read as csv is (`lists.py`); a label
+  is a name or a list of names.
+
+Multi-label: with `shard.label_separator` (csv, kinetics) the label column is a set of names ("a|b"),
+and a json list whose labels include a list is one too; such a source is `multi_label` (see
+`records.py`).
 
 Split names are normalised ("Train " is "train"); one that cannot name files ("../x", "a/b") is an
 `AnnotationError` naming the row (see `records.py`). Paths from annotations that lead outside the video
@@ -48,16 +54,19 @@ from vidtx.shard.annotations import (
     read_json,
 )
 from vidtx.shard.folder import read_folder, walk
+from vidtx.shard.lists import read_csv, read_json_list
 from vidtx.shard.records import (
     UNLABELLED,
     Ignored,
     Row,
     Source,
     VideoRecord,
+    beside,
+    empty_labels_problem,
     labelled,
     outside_root_problem,
+    split_labels,
     split_name,
-    unique_keys,
 )
 from vidtx.shard.unlabeled import read_unlabeled
 from vidtx.storage import join, name_of, parent_of
@@ -78,30 +87,6 @@ def _index_videos(root: Location) -> dict[str, Location]:
         if file.kind == "file" and file.is_video:
             index.setdefault(Path(file.parts[-1]).stem, file.path)
     return index
-
-
-def _beside(file: Location, where: str) -> str:
-    """The name of a row's place (`file:line`) beside its file, for messages."""
-    return str(join(parent_of(file), where))
-
-
-def read_csv(path: Location, video_root: Location, classes: Sequence[str] | None = None) -> Source:
-    parsed = []  # (where, fields, split, path relative to the video root, problem)
-    for where, fields, problem in read_csv_rows(path, {"path", "label"}):
-        split = split_name(fields.get("split") or "train", _beside(path, where))
-        problem = problem or empty_field_problem(fields, ("path", "label"), where)
-        relative = storage.inside(fields["path"], video_root) if problem is None else None
-        if problem is None and relative is None:
-            problem = outside_root_problem(fields["path"], video_root, where)
-        parsed.append((where, fields, split, relative, problem))
-    keys = iter(unique_keys([relative for *_, relative, problem in parsed if problem is None]))
-    rows = [
-        Row(where, where, path, fields["label"], split, problem)
-        if problem
-        else Row(where, next(keys), join(video_root, relative.as_posix()), fields["label"], split)
-        for where, fields, split, relative, problem in parsed
-    ]
-    return labelled(video_root, rows, classes)
 
 
 KINETICS_COLUMNS = ("label", "youtube_id", "time_start", "time_end", "split")
@@ -126,19 +111,23 @@ def _kinetics_row(
     problem: str | None,
     index: dict[str, Location],
     video_root: Location,
+    separator: str | None,
 ) -> Row:
     """The row of the video `<youtube_id>_<start:06d>_<end:06d>` (found by that stem or by the id)."""
-    split = split_name(fields["split"] or "train", _beside(file, where))
+    split = split_name(fields["split"] or "train", beside(file, where))
+    names = split_labels(fields["label"], separator)
     problem = problem or empty_field_problem(fields, KINETICS_COLUMNS[1:], where)
+    if problem is None and not names:
+        problem = empty_labels_problem(fields["label"], where)
     times = _kinetics_times(fields, where) if problem is None else problem
     if isinstance(times, str):
-        return Row(where, where, file, fields["label"], split, times)
+        return Row(where, where, file, names, split, times)
     stem = f"{fields['youtube_id']}_{times[0]:06d}_{times[1]:06d}"
     if storage.inside(f"{stem}.mp4", video_root) is None:
         problem = outside_root_problem(fields["youtube_id"], video_root, where)
-        return Row(where, where, file, fields["label"], split, problem)
+        return Row(where, where, file, names, split, problem)
     video = index.get(stem) or index.get(fields["youtube_id"]) or join(video_root, f"{stem}.mp4")
-    return Row(where, stem, video, fields["label"], split)
+    return Row(where, stem, video, names, split)
 
 
 def _kinetics_file_rows(
@@ -156,7 +145,13 @@ def _kinetics_file_rows(
     return [], Ignored(file, reason)
 
 
-def read_kinetics(path: Location, video_root: Location, classes: Sequence[str] | None = None) -> Source:
+def read_kinetics(
+    path: Location,
+    video_root: Location,
+    classes: Sequence[str] | None = None,
+    separator: str | None = None,
+) -> Source:
+    """Kinetics CSVs; with `separator`, the label column holds label sets and the source is multi-label."""
     in_folder = not storage.is_file(path)
     files = [join(path, name) for name in storage.names(path, ".csv")] if in_folder else [path]
     index = _index_videos(video_root)
@@ -166,8 +161,8 @@ def read_kinetics(path: Location, video_root: Location, classes: Sequence[str] |
         ignored.extend([skipped] if skipped else [])
         for where, fields, problem in file_rows:
             if fields["label"] or problem:  # unlabelled test rows cannot be trained or evaluated on
-                rows.append(_kinetics_row(file, where, fields, problem, index, video_root))
-    return labelled(video_root, rows, classes, ignored=ignored)
+                rows.append(_kinetics_row(file, where, fields, problem, index, video_root, separator))
+    return labelled(video_root, rows, classes, ignored=ignored, multi_label=separator is not None)
 
 
 def _class_id(value: object) -> int:
@@ -200,12 +195,13 @@ def _ssv2_row(
         and isinstance(entry.get("template"), str)
     ):
         problem = f"malformed row: {where} is not an object with string 'id' and 'template'"
-        return Row(where, where, list_file, "", split, problem)
+        return Row(where, where, list_file, (), split, problem)
     name = entry["template"].replace("[", "").replace("]", "")
     if storage.inside(f"{entry['id']}.webm", video_root) is None:
-        return Row(where, where, list_file, name, split, outside_root_problem(entry["id"], video_root, where))
+        problem = outside_root_problem(entry["id"], video_root, where)
+        return Row(where, where, list_file, (name,), split, problem)
     video = index.get(entry["id"]) or join(video_root, f"{entry['id']}.webm")
-    return Row(where, entry["id"], video, name, split)
+    return Row(where, entry["id"], video, (name,), split)
 
 
 def read_ssv2(path: Location, video_root: Location) -> Source:
@@ -238,17 +234,21 @@ def read_source(
     *,
     video_root: Location | None = None,
     classes: Sequence[str] | None = None,
+    label_separator: str | None = None,
 ) -> Source:
     """Read a dataset; `video_root` (default: the dataset folder or the annotation file's folder)
     is where the annotation formats look for video files. `classes` is the label set (label id =
     position); rows of other classes become "unknown label" rejects. By default the classes are
-    those the annotations name; for ssv2 always those of the label file."""
+    those the annotations name; for ssv2 always those of the label file. `label_separator` (csv and
+    kinetics) splits the label column into label sets: the source is multi-label."""
     path = location(path)
     storage.check(path)
     if not storage.exists(path):
         raise FileNotFoundError(f"{path}: no such dataset")
     if format == "ssv2" and classes is not None:
         raise ValueError("ssv2 takes its classes from its *labels.json; do not pass classes")
+    if label_separator is not None and format not in ("csv", "kinetics"):
+        raise ValueError(f"label_separator applies to formats csv and kinetics, not {format}")
     is_folder = not storage.is_file(path)
     _check_layout(path, format, is_folder)
     root = location(video_root) if video_root is not None else (path if is_folder else parent_of(path))
@@ -257,9 +257,11 @@ def read_source(
     elif format == "folder":
         source = read_folder(path, classes)
     elif format == "csv":
-        source = read_csv(path, root, classes)
+        source = read_csv(path, root, classes, label_separator)
+    elif format == "json":
+        source = read_json_list(path, root, classes)
     elif format == "kinetics":
-        source = read_kinetics(path, root, classes)
+        source = read_kinetics(path, root, classes, label_separator)
     else:
         source = read_ssv2(path, root)
     if not source.records:
@@ -272,6 +274,8 @@ def _check_layout(path: Location, format: DatasetFormat, is_folder: bool) -> Non
     (the default format, csv, given a folder of class folders is the usual case)."""
     if format == "folder" and not is_folder:
         raise ConfigError(f"shard.source {path}: a file, but shard.format=folder reads a dataset folder")
+    if format == "json" and is_folder:
+        raise ConfigError(f"shard.source {path}: a folder, but shard.format=json reads an annotation file")
     if format == "csv" and is_folder:
         raise ConfigError(
             f"shard.source {path}: a folder, but shard.format is csv (the default), which reads an "

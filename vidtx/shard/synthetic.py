@@ -10,14 +10,21 @@ can reach 100%. This is the Something-Something property in miniature.
 
 Layout: `OUT/<split>/<class>/<index>.mp4` plus `OUT/annotations.csv` (`path,label,split`), readable
 as `--format csv` or `--format folder`. Deterministic: the same config writes the same bytes.
+
+Several labels per video (`synth.objects_per_video` N > 1): each video shows N shapes over one
+background, each moving along another motion axis (so never both classes of a time-reversed pair:
+every label stays decidable from frame order), each in either direction. Video i of a split has
+class i mod C (of the C classes) among its labels, the others drawn; the layout is
+`OUT/<split>/<index>.mp4`, and annotations.csv joins a video's labels with `LABEL_SEPARATOR` ("|":
+shard it with `shard.label_separator: "|"`, quoted in YAML). One object per video writes what it
+always has.
 """
 
 from __future__ import annotations
 
 import csv
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +32,10 @@ import numpy as np
 from vidtx.config import SynthConfig
 from vidtx.log import track
 from vidtx.media.encode import encode_mp4
+from vidtx.shard.scenes import PLACEMENT_TRIES, Scene, apart, background_of, render_objects, sample_object
 
 log = logging.getLogger(__name__)
 
-State = np.ndarray  # (3,) float: centre x, centre y, radius, in pixels
-SHAPES = ("disc", "square", "triangle", "diamond", "ring", "cross")
 PAIRS = {  # motion -> (forward class, backward class)
     "horizontal": ("moving_right", "moving_left"),
     "vertical": ("moving_down", "moving_up"),
@@ -40,133 +46,66 @@ CLASSES = tuple(name for pair in PAIRS.values() for name in pair)
 # class -> its time-reversed partner
 PARTNER = dict(PAIRS.values()) | {backward: forward for forward, backward in PAIRS.values()}
 SPLIT_SEEDS = {"train": 0, "val": 1, "validation": 1, "test": 2}
-
-
-@dataclass(frozen=True)
-class Scene:
-    shape: str
-    angle: float
-    color: np.ndarray  # (3,) uint8-valued floats
-    background: np.ndarray  # (H, W, 3) float
-    start: State
-    end: State
-
-
-def _horizontal(rng: np.random.Generator, size: int) -> tuple[State, State]:
-    radius = rng.uniform(0.09, 0.15) * size
-    distance = rng.uniform(0.35, 0.6) * size
-    low = rng.uniform(radius, size - radius - distance)
-    y = rng.uniform(radius, size - radius)
-    return np.array([low, y, radius]), np.array([low + distance, y, radius])
-
-
-def _vertical(rng: np.random.Generator, size: int) -> tuple[State, State]:
-    start, end = _horizontal(rng, size)
-    return start[[1, 0, 2]], end[[1, 0, 2]]
-
-
-def _scale(rng: np.random.Generator, size: int) -> tuple[State, State]:
-    small = rng.uniform(0.06, 0.09) * size
-    big = small * rng.uniform(2.0, 2.6)
-    centre = rng.uniform(big, size - big, 2)
-    return np.array([*centre, small]), np.array([*centre, big])
-
-
-def _depth(rng: np.random.Generator, size: int) -> tuple[State, State]:
-    """Far and near states of an object at a fixed offset from the optical axis: its image offset
-    from the frame centre and its radius both scale with 1 / depth."""
-    near_radius = rng.uniform(0.13, 0.18) * size
-    angle = rng.uniform(0, 2 * np.pi)
-    reach = size / 2 - near_radius  # keeps the near object inside the frame
-    offset = rng.uniform(0.6, 1.0) * reach * np.array([np.cos(angle), np.sin(angle)])
-    offset *= reach / max(reach, np.abs(offset).max())
-    far = rng.uniform(0.35, 0.5)
-    centre = np.full(2, size / 2)
-    return np.array([*(centre + far * offset), far * near_radius]), np.array(
-        [*(centre + offset), near_radius]
-    )
-
-
-TRAJECTORIES: dict[str, Callable[[np.random.Generator, int], tuple[State, State]]] = {
-    "horizontal": _horizontal,
-    "vertical": _vertical,
-    "scale": _scale,
-    "depth": _depth,
-}
-
-
-LUMA = np.array([0.299, 0.587, 0.114])
-
-
-def _background(rng: np.random.Generator, size: int) -> np.ndarray:
-    """A random gradient between two darkish colours with static noise texture, (H, W, 3) float."""
-    first, second = rng.uniform(0, 140, (2, 3))
-    angle = rng.uniform(0, 2 * np.pi)
-    y, x = np.mgrid[0:size, 0:size] / size
-    ramp = ((x - 0.5) * np.cos(angle) + (y - 0.5) * np.sin(angle) + 0.71) / 1.42  # in [0, 1]
-    texture = rng.normal(0, 8, (size, size, 1))
-    return first + ramp[..., None] * (second - first) + texture
-
-
-def _object_color(rng: np.random.Generator, background: np.ndarray) -> np.ndarray:
-    """Any hue, but clearly brighter than the background: small models learn motion in minutes
-    when the object always stands out the same way (with free contrast polarity they need far
-    longer)."""
-    floor = background.reshape(-1, 3).max(axis=0) @ LUMA + 70
-    while True:
-        color = rng.uniform(0, 255, 3)
-        if color @ LUMA >= min(floor, 200):
-            return color
+LABEL_SEPARATOR = "|"  # joins the labels of a video with several objects in annotations.csv
 
 
 def sample_scene(motion: str, rng: np.random.Generator, size: int) -> Scene:
-    background = _background(rng, size)
-    color = _object_color(rng, background)
-    start, end = TRAJECTORIES[motion](rng, size)
-    return Scene(str(rng.choice(SHAPES)), rng.uniform(0, 2 * np.pi), color, background, start, end)
-
-
-def _signed_distance(shape: str, x: np.ndarray, y: np.ndarray, radius: float) -> np.ndarray:
-    """Signed distance in pixels (negative inside) to a shape centred at the origin, roughly."""
-    ax, ay = np.abs(x), np.abs(y)
-    if shape == "disc":
-        return np.hypot(x, y) - radius
-    if shape == "square":
-        return np.maximum(ax, ay) - 0.8 * radius
-    if shape == "diamond":
-        return (ax + ay - radius) / np.sqrt(2)
-    if shape == "ring":
-        return np.abs(np.hypot(x, y) - 0.7 * radius) - 0.3 * radius
-    if shape == "cross":
-        bar = 0.35 * radius
-        return np.minimum(np.maximum(ax - radius, ay - bar), np.maximum(ay - radius, ax - bar))
-    normals = [
-        (np.cos(a), np.sin(a)) for a in (np.pi / 2, np.pi / 2 + 2 * np.pi / 3, np.pi / 2 + 4 * np.pi / 3)
-    ]
-    return np.max([nx * x + ny * y - radius / 2 for nx, ny in normals], axis=0)  # triangle
+    return sample_object(motion, rng, size, background_of(rng, size))
 
 
 def render(scene: Scene, num_frames: int, reverse: bool = False) -> np.ndarray:
     """Frames moving from `scene.start` to `scene.end` (or back), uint8 (T, H, W, 3)."""
-    size = scene.background.shape[0]
-    y, x = np.mgrid[0:size, 0:size] + 0.5
-    cos, sin = np.cos(scene.angle), np.sin(scene.angle)
-    frames = np.empty((num_frames, size, size, 3), np.uint8)
-    for t, u in enumerate(np.linspace(0.0, 1.0, num_frames)):
-        cx, cy, radius = scene.start + (1 - u if reverse else u) * (scene.end - scene.start)
-        dx, dy = x - cx, y - cy
-        distance = _signed_distance(scene.shape, cos * dx + sin * dy, -sin * dx + cos * dy, radius)
-        coverage = np.clip(0.5 - distance, 0.0, 1.0)[..., None]  # anti-aliased edge
-        frames[t] = np.clip(scene.background + coverage * (scene.color - scene.background), 0, 255)
-    return frames
+    return render_objects([(scene, reverse)], num_frames)
+
+
+def _motion(class_name: str) -> str:
+    return next(motion for motion, pair in PAIRS.items() if class_name in pair)
+
+
+def _split_id(split: str) -> int:
+    return SPLIT_SEEDS.get(split, sum(split.encode()))
 
 
 def render_video(cfg: SynthConfig, class_name: str, split: str, index: int) -> np.ndarray:
     """Video `index` of a class in a split, uint8 (T, H, W, 3); both classes of a pair share scenes."""
-    motion = next(m for m, pair in PAIRS.items() if class_name in pair)
-    split_id = SPLIT_SEEDS.get(split, sum(split.encode()))
-    rng = np.random.default_rng([cfg.seed, split_id, list(PAIRS).index(motion), index])
+    motion = _motion(class_name)
+    rng = np.random.default_rng([cfg.seed, _split_id(split), list(PAIRS).index(motion), index])
     return render(sample_scene(motion, rng, cfg.size), cfg.num_frames, reverse=class_name == PAIRS[motion][1])
+
+
+def _multi_object_rng(cfg: SynthConfig, split: str, index: int, purpose: int) -> np.random.Generator:
+    """A generator of video `index` of a split with several objects, for its labels (`purpose` 0) or
+    its scene (1): streams that no single-object video uses."""
+    seeds = [cfg.seed, _split_id(split), len(PAIRS), cfg.objects_per_video, index, purpose]
+    return np.random.default_rng(seeds)
+
+
+def video_labels(cfg: SynthConfig, classes: Sequence[str], split: str, index: int) -> tuple[str, ...]:
+    """The `cfg.objects_per_video` classes of video `index` of a split, one per motion axis, in the
+    order of `CLASSES`: class `index` mod len(classes) and others of `classes` drawn on other axes."""
+    rng = _multi_object_rng(cfg, split, index, 0)
+    chosen = [classes[index % len(classes)]]
+    while len(chosen) < cfg.objects_per_video:
+        used = {_motion(name) for name in chosen}
+        chosen.append(str(rng.choice([name for name in classes if _motion(name) not in used])))
+    return tuple(sorted(chosen, key=CLASSES.index))
+
+
+def render_multi_object_video(cfg: SynthConfig, labels: Sequence[str], split: str, index: int) -> np.ndarray:
+    """Video `index` of a split showing one object per class of `labels` (`video_labels`) over one
+    background, uint8 (T, H, W, 3). An object's motion is drawn again while it would touch (and so
+    hide) one already placed, `PLACEMENT_TRIES` times at most: every label stays visible."""
+    rng = _multi_object_rng(cfg, split, index, 1)
+    background = background_of(rng, cfg.size)
+    scenes: list[Scene] = []
+    for name in labels:
+        for _ in range(PLACEMENT_TRIES):
+            scene = sample_object(_motion(name), rng, cfg.size, background)
+            if apart(scene, scenes, cfg.num_frames):
+                break
+        scenes.append(scene)
+    objects = [(scene, name == PAIRS[_motion(name)][1]) for scene, name in zip(scenes, labels, strict=True)]
+    return render_objects(objects, cfg.num_frames)
 
 
 def order_blind_ceiling(classes: list[str]) -> float:
@@ -186,29 +125,50 @@ def frame_order_verdict(top1: float, classes: list[str]) -> str:
     )
 
 
+def _videos(cfg: SynthConfig, classes: list[str]) -> list[tuple[Path, tuple[str, ...], str, int]]:
+    """(path relative to the output, labels, split, index) of every video the config asks for."""
+    if cfg.objects_per_video == 1:
+        return [
+            (Path(split, name, f"{index:05d}.mp4"), (name,), split, index)
+            for split, count in cfg.videos_per_class.items()
+            for name in classes
+            for index in range(count)
+        ]
+    if len(axes := {_motion(name) for name in classes}) < cfg.objects_per_video:
+        raise ValueError(
+            f"objects_per_video {cfg.objects_per_video} needs classes of as many motion axes; "
+            f"{classes} have {len(axes)}"
+        )
+    return [
+        (Path(split, f"{index:05d}.mp4"), video_labels(cfg, classes, split, index), split, index)
+        for split, count in cfg.videos_per_class.items()
+        for index in range(count * len(classes))
+    ]
+
+
 def generate_dataset(cfg: SynthConfig) -> Path:
     """Write the videos and `annotations.csv` under `cfg.output`; returns the annotations path."""
     classes = cfg.classes or list(CLASSES)
     unknown = set(classes) - set(CLASSES)
     if unknown:
         raise ValueError(f"unknown synthetic classes {sorted(unknown)}; choose from {list(CLASSES)}")
-    jobs = [
-        (split, name, index)
-        for split, count in cfg.videos_per_class.items()
-        for name in classes
-        for index in range(count)
-    ]
     rows = []
-    for split, name, index in track(jobs, "synth", total=len(jobs)):
-        relative = Path(split, name, f"{index:05d}.mp4")
+    for relative, labels, split, index in track(_videos(cfg, classes), "synth"):
         path = cfg.output / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(encode_mp4(render_video(cfg, name, split, index), cfg.fps))
-        rows.append((relative.as_posix(), name, split))
+        if len(labels) == 1:
+            frames = render_video(cfg, labels[0], split, index)
+        else:
+            frames = render_multi_object_video(cfg, labels, split, index)
+        path.write_bytes(encode_mp4(frames, cfg.fps))
+        rows.append((relative.as_posix(), LABEL_SEPARATOR.join(labels), split))
     annotations = cfg.output / "annotations.csv"
     with annotations.open("w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["path", "label", "split"])
         writer.writerows(rows)
     log.info("wrote %d videos of %d classes to %s", len(rows), len(classes), cfg.output)
+    if cfg.objects_per_video > 1:
+        separator = f"--set 'shard.label_separator=\"{LABEL_SEPARATOR}\"'"
+        log.info("labels joined with %r in %s: shard it with %s", LABEL_SEPARATOR, annotations, separator)
     return annotations

@@ -65,9 +65,10 @@ class ShardResult(BaseModel):
     samples: int  # videos written (rejects excluded)
     bytes: int  # size of the tar file
     sha256: str  # hex digest of the tar file
-    counts_per_class: dict[str, int]  # written videos per class name (classes with none omitted)
+    counts_per_class: dict[str, int]  # written videos per class name, every label counted (none: omitted)
     rejects: list[Reject]
     class_names: list[str]  # the plan's label map, so finalizing needs nothing but the results
+    multi_label: bool = False  # the plan's: samples carry label sets
     fingerprint: str  # `shard_fingerprint`: the plan, processing and source files the tar was written from
     # True when `write_shard` found the shard complete and did not write it; not saved in the marker.
     reused: bool = Field(False, exclude=True)
@@ -129,6 +130,8 @@ def _sample(
         "store": cfg.store,
         **video.extra,
     }
+    if item.labels is not None:  # a multi-label split: every label (`label` is the first)
+        meta |= {"labels": list(item.labels), "label_names": [spec.class_names[i] for i in item.labels]}
     return {"__key__": item.key, **video.members, "json": json.dumps(meta, sort_keys=True).encode()}
 
 
@@ -191,8 +194,7 @@ def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -
                 log.warning("%s: rejected %s: %s", spec.name, item.source, err)
                 continue
             written += 1
-            if item.label != UNLABELLED:  # an unlabeled dataset's videos count in no class
-                counts[spec.class_names[item.label]] += 1
+            counts.update(spec.class_names[label] for label in item.label_ids)  # every label of the video
     return ShardResult(
         name=spec.name,
         split=spec.split,
@@ -202,6 +204,7 @@ def _write_tar(tar: Path, spec: ShardSpec, cfg: ShardConfig, fingerprint: str) -
         counts_per_class=dict(sorted(counts.items())),
         rejects=rejects,
         class_names=list(spec.class_names),
+        multi_label=spec.multi_label,
         fingerprint=fingerprint,
     )
 
@@ -233,6 +236,7 @@ def finalize_split(cfg: ShardConfig, split: str, results: list[ShardResult]) -> 
         counts_per_class=dict(counts),
         rejects=rejects,
         store=cfg.store,
+        multi_label=results[0].multi_label,
         config=cfg.model_dump(mode="json"),
         content_hash=content_hash(shards, class_names),
     )

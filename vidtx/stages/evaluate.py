@@ -18,7 +18,8 @@ def evaluate_trained(config: PipelineConfig, trained: TrainedRun) -> EvalResult:
     manifest = evaluation_split(config)  # a missing split fails before the model is loaded
     # with the label set it was trained for; one line naming the setting when it cannot be read
     model = readable_model(config, trained.checkpoint, trained.setting)
-    result = evaluate(model.module.eval(), manifest, config.data, config.eval, model.class_names)
+    multi_label = config.model.task == "multi_label"
+    result = evaluate(model.module.eval(), manifest, config.data, config.eval, model.class_names, multi_label)
     if trained.mlflow_run_id:
         log_evaluation(trained.client, trained.mlflow_run_id, result)
     return result

@@ -93,7 +93,10 @@ def print_row(row: pd.Series) -> None:
     if "window" in row:  # scored window by window: which window, or the whole video
         span = "whole video" if pd.isna(row["window"]) else f"window {row['window']}"
         where += f" [{span}: {row['start']:.2f}-{row['end']:.2f} s]"
-    print("\n".join([where, *(f"  {score:6.1%}  {label}" for label, score in top)]), flush=True)
+    lines = [where, *(f"  {score:6.1%}  {label}" for label, score in top)]
+    if row["labels"] is not None:  # a multi-label model: the classes at or above its threshold
+        lines.append(f"  labels: {', '.join(row['labels']) or 'none'}")
+    print("\n".join(lines), flush=True)
 
 
 def predict_videos(
@@ -115,6 +118,8 @@ def predict_videos(
         "num_crops": config.eval.num_crops,
         "embedding": predict.embeddings,
     }
+    if classifier.multi_label:
+        views["threshold"] = config.eval.threshold if predict.threshold is None else predict.threshold
     if predict.window:
         views |= {"window": predict.window, "hop": predict.hop or predict.window}
     if predict.ray_address:
@@ -125,7 +130,11 @@ def predict_videos(
         batches = score_here(classifier, videos, views, predict.batch_size)
     failed = 0
     embedding_dim = classifier_layer(classifier.module, len(classifier.class_names))[1].in_features
-    schema = table_schema(embedding_dim if predict.embeddings else None, windows=predict.window is not None)
+    schema = table_schema(
+        embedding_dim if predict.embeddings else None,
+        windows=predict.window is not None,
+        multi_label=classifier.multi_label,
+    )
     with table_writer(predict.output, schema) as append:
         for frame in batches:
             append(frame)

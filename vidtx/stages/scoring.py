@@ -29,7 +29,8 @@ TABLE_COLUMNS = [
     ("error", pa.string()),
 ]
 TABLE_FORMATS = (".parquet", ".csv")
-LIST_COLUMNS = ("top_k_labels", "top_k_scores", "embedding")  # JSON in a CSV table
+LABEL_SET_COLUMNS = [("labels", pa.list_(pa.string())), ("label_scores", pa.list_(pa.float64()))]
+LIST_COLUMNS = ("top_k_labels", "top_k_scores", "labels", "label_scores", "embedding")  # JSON in a CSV table
 
 
 WINDOW_COLUMNS = [
@@ -40,12 +41,16 @@ WINDOW_COLUMNS = [
 ]
 
 
-def table_schema(embedding_dim: int | None = None, windows: bool = False) -> pa.Schema:
-    """The predictions table's columns (with `windows`, where each row's window is); with
-    `embedding_dim`, an `embedding` column: a list of that
-    many float32 per readable video (its field's metadata says how many), null for the others. (Not
-    Arrow's fixed-size list: pyarrow 25 writes its null rows to Parquet but cannot read them back.)"""
-    columns = [TABLE_COLUMNS[0], *(WINDOW_COLUMNS if windows else []), *TABLE_COLUMNS[1:]]
+def table_schema(
+    embedding_dim: int | None = None, windows: bool = False, multi_label: bool = False
+) -> pa.Schema:
+    """The predictions table's columns (with `windows`, where each row's window is; with
+    `multi_label`, the classes at or above the threshold and their scores); with `embedding_dim`, an
+    `embedding` column: a list of that many float32 per readable video (its field's metadata says how
+    many), null for the others. (Not Arrow's fixed-size list: pyarrow 25 writes its null rows to
+    Parquet but cannot read them back.)"""
+    columns = [TABLE_COLUMNS[0], *(WINDOW_COLUMNS if windows else []), *TABLE_COLUMNS[1:-1]]
+    columns += [*(LABEL_SET_COLUMNS if multi_label else []), TABLE_COLUMNS[-1]]
     if embedding_dim:
         columns.append(pa.field("embedding", pa.list_(pa.float32()), metadata={"dim": str(embedding_dim)}))
     return pa.schema(columns)

@@ -35,6 +35,7 @@ from vidtx.stages.sweep_trial import SweepPlan, TrialEnds, run_trial
 from vidtx.tracking.runs import connect, end_orphaned_runs, resolve_tracking_uri
 from vidtx.tracking.sweeps import start_sweep_run
 from vidtx.train.launcher import check_resources, workers_resources
+from vidtx.train.objectives import objective_type
 from vidtx.train.payload import storage_location
 from vidtx.train.splits import training_splits
 
@@ -59,7 +60,14 @@ def default_sweep_name(config: PipelineConfig) -> str:
 def check_space(config: PipelineConfig) -> None:
     """What the schema cannot check: every model a trial may build exists in the zoo (its preset and
     options), and a pretraining's masked autoencoder can wrap it; ASHA's grace period fits in the
-    training. ConfigError names the key and the value."""
+    training; the compared metric is one the trials report. ConfigError names the key and the value."""
+    sweep = config.sweep
+    reported = objective_type(sweep.objective, config).score[0]
+    if sweep.metric not in (reported, "val_loss"):
+        raise ConfigError(
+            f"sweep.metric {sweep.metric}: the trials report {reported} and val_loss "
+            f"(model.task {config.model.task}); set sweep.metric={reported}"
+        )
     check = check_pretrain_config if config.sweep.objective == "masked_autoencoding" else check_model_config
     check(config)
     scheduler, max_steps = config.sweep.scheduler, config.train.max_steps

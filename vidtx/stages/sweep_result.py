@@ -115,9 +115,12 @@ class SweepResult(BaseModel):
         return markdown_table(header, rows)
 
     def evaluation_text(self, split: str | None = None) -> str:
+        where = f" on {split}" if split else ""
+        if "mean_ap" in self.evaluation:
+            return f"best trial evaluated{where}: mAP {self.evaluation['mean_ap']:.3f}"
         if "top1" not in self.evaluation:
             return "a pretraining sweep: the best trial's encoder registered, nothing to evaluate"
-        return f"best trial evaluated{f' on {split}' if split else ''}: top-1 {self.evaluation['top1']:.3f}"
+        return f"best trial evaluated{where}: top-1 {self.evaluation['top1']:.3f}"
 
     def summary(self) -> str:
         """What `vidtx sweep` prints."""

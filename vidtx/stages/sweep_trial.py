@@ -4,7 +4,7 @@ A trial is a Ray Tune function (Ray Train V2's way of tuning a trainer): it trai
 with the trial's values for `sweep.objective` (a classifier, or a pretraining) through the same
 launcher as `vidtx train`, as the training run
 `<sweep name>-<trial id>`, nested under the sweep's MLflow run. Ray Tune's `TuneReportCallback` hands
-each checkpoint's report (step, val_top1, val_loss, the checkpoint's path) to the Tuner, where the
+each checkpoint's report (step, val_top1 or val_map, val_loss, the checkpoint's path) to the Tuner, where the
 scheduler decides. A trial runs in an actor of its own; Ray Train's controller and workers are its
 children, so a trial that the scheduler stops takes its training down with it.
 """
@@ -24,7 +24,7 @@ from vidtx.tracking.runs import connect, find_run
 from vidtx.tracking.sweeps import end_trial_run, trial_tags
 from vidtx.train.payload import TrainResult, checkpoint_uri
 
-REPORTED = ("step", "val_top1", "val_loss")  # what a training reports at each checkpoint (train.loop)
+REPORTED = ("step", "val_top1", "val_map", "val_loss")  # what a training's checkpoints report (train.loop)
 
 
 class SweepPlan(BaseModel):

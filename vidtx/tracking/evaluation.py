@@ -1,4 +1,5 @@
-"""Evaluation results into the training run's MLflow run: metrics, confusion matrix, per-class table."""
+"""Evaluation results into the training run's MLflow run: metrics, the per-class table and, for a
+single-label model, the confusion matrix (a multi-label model's table holds per-class AP)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from vidtx.eval.report import confusion_figure, per_class_rows, write_csv
-from vidtx.results import EvalResult
+from vidtx.results import EvalResult, MultiLabelMetrics
 
 # How many videos were evaluated and skipped say what was measured, not how well: tags, so that MLflow
 # draws no single-value bar chart of them among the metrics (a newcomer met `skipped 0.00` first).
@@ -18,7 +19,11 @@ COUNTS = ("videos", "skipped")
 
 
 def log_evaluation(client: MlflowClient, run_id: str, result: EvalResult) -> dict[str, str]:
-    """Log `result` under `eval/<split>/…`; returns the artifact paths (relative to the run)."""
+    """Log `result` under `eval/<split>/…`; returns the artifact paths (relative to the run).
+
+    Metrics: the primary ensemble's (multi-label: aggregation's) scalars unprefixed, every one's under
+    its name (`eval/test/top1`, `eval/test/prob_mean/top1`; `eval/test/mean_ap`, `eval/test/max/mean_ap`).
+    """
     prefix = f"eval/{result.split}"
     timestamp = int(time.time() * 1000)
     values = result.metrics()
@@ -28,27 +33,37 @@ def log_evaluation(client: MlflowClient, run_id: str, result: EvalResult) -> dic
         if name not in COUNTS
     ]
     client.log_batch(run_id, metrics=metrics)
+    primary = result.by_ensemble[result.primary]
+    settings = (
+        {"aggregation": result.primary, "threshold": f"{primary.threshold:g}"}
+        if isinstance(primary, MultiLabelMetrics)
+        else {"ensemble": result.primary}
+    )
     for key, value in {
         "views": result.views,
-        "ensemble": result.primary,
+        **settings,
         "manifest_hash": result.manifest_hash,
         **{count: f"{values[count]:.0f}" for count in COUNTS},
     }.items():
         client.set_tag(run_id, f"vidtx.{prefix}.{key}".replace("/", "."), value)
 
-    primary = result.by_ensemble[result.primary]
-    figure = confusion_figure(
-        primary, result.class_names, f"{result.split}, {result.views} views, {result.primary}"
-    )
-    artifacts = {"confusion_matrix": f"{prefix}/confusion_matrix.png"}
-    client.log_figure(run_id, figure, artifacts["confusion_matrix"])
+    artifacts = {}
+    if not isinstance(primary, MultiLabelMetrics):
+        figure = confusion_figure(
+            primary, result.class_names, f"{result.split}, {result.views} views, {result.primary}"
+        )
+        artifacts["confusion_matrix"] = f"{prefix}/confusion_matrix.png"
+        client.log_figure(run_id, figure, artifacts["confusion_matrix"])
+    return artifacts | _log_per_class(client, run_id, result, prefix)
+
+
+def _log_per_class(client: MlflowClient, run_id: str, result: EvalResult, prefix: str) -> dict[str, str]:
+    """The per-class table (`per_class_rows`) as an MLflow table (the UI's artifact view) and a CSV."""
     rows = per_class_rows(result.by_ensemble, result.class_names)
-    artifacts["per_class_table"] = f"{prefix}/per_class.json"
+    artifacts = {"per_class_table": f"{prefix}/per_class.json", "per_class_csv": f"{prefix}/per_class.csv"}
     client.log_table(
         run_id, {column: [row[column] for row in rows] for column in rows[0]}, artifacts["per_class_table"]
     )
     with tempfile.TemporaryDirectory() as directory:
-        csv_path = write_csv(rows, Path(directory) / "per_class.csv")
-        client.log_artifact(run_id, str(csv_path), prefix)
-    artifacts["per_class_csv"] = f"{prefix}/per_class.csv"
+        client.log_artifact(run_id, str(write_csv(rows, Path(directory) / "per_class.csv")), prefix)
     return artifacts

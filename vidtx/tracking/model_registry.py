@@ -1,8 +1,8 @@
 """The MLflow Model Registry: log a trained model (or a pretrained encoder), register a version, move
 the aliases; read a registered model back, and an alias as the version it names now.
 
-Every new version whose top-1 is above the floor (`registry.min_top1`, by default chance) gets alias
-`challenger`; one at or below it is registered without an alias. `champion` moves to a challenger only
+Every new version whose top-1 (a multi-label model's mAP) is above the floor (`registry.min_top1`,
+`registry.min_map`; by default chance) gets alias `challenger`; one at or below it is registered without an alias. `champion` moves to a challenger only
 when it beats the current champion on the configured metric measured on the same evaluation split
 (same manifest hash and views); the first such version becomes champion. Aliases only, never the
 deprecated stages.
@@ -26,7 +26,7 @@ from torch import nn
 from vidtx.config import PipelineConfig, RegistryConfig
 from vidtx.eval.report import render_results
 from vidtx.models import count_flops
-from vidtx.results import EvalResult, ModelVersionInfo
+from vidtx.results import EvalResult, ModelVersionInfo, MultiLabelMetrics
 from vidtx.serving.packaging import log_video_model, read_video_model
 from vidtx.serving.video_model import ServedVideoModel
 from vidtx.tracking.lineage import MANIFEST_HASH_TAG, OBJECTIVE_TAG
@@ -71,7 +71,7 @@ multiply-adds), input clips (B, 3, {config.data.num_frames}, {config.data.crop_s
 
 {render_results(result)}
 
-Promotion metric: `{config.registry.metric}` of the `{result.primary}` ensemble.
+Promotion metric: `{config.promotion_metric}` of the `{result.primary}` ensemble.
 """
 
 
@@ -88,7 +88,7 @@ head; another frame count or crop size resizes the position tables). Served, it 
 
 
 def _decide_promotion(
-    client: MlflowClient, registry: RegistryConfig, score: float, split_tag: str
+    client: MlflowClient, registry: RegistryConfig, metric: str, score: float, split_tag: str
 ) -> tuple[bool, str]:
     try:
         champion = client.get_model_version_by_alias(registry.model_name, registry.champion_alias)
@@ -96,23 +96,40 @@ def _decide_promotion(
         return True, "no champion yet: the first version above the floor"
     if champion.tags.get(SPLIT_TAG) != split_tag:
         return False, f"champion v{champion.version} was evaluated on another split or views; not comparable"
-    best = float(champion.tags[METRIC_TAG.format(registry.metric)])
+    tag = champion.tags.get(METRIC_TAG.format(metric))
+    if tag is None:
+        return False, f"champion v{champion.version} has no {metric} to compare; not comparable"
+    best = float(tag)
     better = score > best if registry.greater_is_better else score < best
     verdict = "beats" if better else "does not beat"
-    return better, f"{registry.metric} {score:.4f} {verdict} champion v{champion.version} ({best:.4f})"
+    return better, f"{metric} {score:.4f} {verdict} champion v{champion.version} ({best:.4f})"
+
+
+def _floor(registry: RegistryConfig, result: EvalResult) -> tuple[str, str, float | None, float, str]:
+    """The floor a version must pass: (metric, setting, its value, chance, what chance is). Top-1 for
+    a single-label model, whose chance is 1 / classes; mAP for a multi-label one, whose chance is the
+    mean over classes of their share of the split's videos (what random scores reach)."""
+    metrics = result.by_ensemble[result.primary]
+    if isinstance(metrics, MultiLabelMetrics):
+        shares = [count / max(metrics.num_videos, 1) for count in metrics.support if count]
+        chance = sum(shares) / max(len(shares), 1)
+        return "mean_ap", "min_map", registry.min_map, chance, "the classes' mean share of the videos"
+    classes = len(result.class_names)
+    return "top1", "min_top1", registry.min_top1, 1 / classes, f"{classes} classes"
 
 
 def _below_floor(registry: RegistryConfig, result: EvalResult) -> str | None:
-    """Why a version gets no alias: its top-1 is below `registry.min_top1`, or, when that is None, not
-    better than chance (1 / number of classes)."""
-    classes, top1 = len(result.class_names), result.metrics()["top1"]
-    if registry.min_top1 is None:
-        if top1 > 1 / classes:
+    """Why a version gets no alias: its top-1 (mAP) is below `registry.min_top1` (`min_map`), or, when
+    that is None, not better than chance."""
+    metric, setting, floor, chance, why = _floor(registry, result)
+    score = result.metrics()[metric]
+    if floor is None:
+        if score > chance:
             return None
-        return f"not better than chance: top1 {top1:.4f} <= {1 / classes:.4f} ({classes} classes); registered without an alias"
-    if top1 >= registry.min_top1:
+        return f"not better than chance: {metric} {score:.4f} <= {chance:.4f} ({why}); registered without an alias"
+    if score >= floor:
         return None
-    return f"below registry.min_top1: top1 {top1:.4f} < {registry.min_top1:.4f}; registered without an alias"
+    return f"below registry.{setting}: {metric} {score:.4f} < {floor:.4f}; registered without an alias"
 
 
 def register(
@@ -124,8 +141,13 @@ def register(
     run_id: str,
 ) -> ModelVersionInfo:
     """Log `model` into run `run_id`, register it under `registry.model_name` and move the aliases."""
-    registry, data = config.registry, config.data
-    score = result.metrics()[registry.metric]
+    registry, data, metric = config.registry, config.data, config.promotion_metric
+    scores = result.metrics()
+    if metric not in scores:
+        raise ValueError(
+            f"registry.metric: {metric} is not an evaluation metric here (one of {', '.join(scores)})"
+        )
+    score = scores[metric]
     model = model.eval().float().cpu()
     flops = count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size))
     run = client.get_run(run_id)
@@ -133,7 +155,7 @@ def register(
     card = model_card(config, result, flops.gflops, sum(p.numel() for p in model.parameters()), train_seconds)
     split_tag = f"{result.manifest_hash}:{result.views}"
     tags = {
-        METRIC_TAG.format(registry.metric): str(score),
+        METRIC_TAG.format(metric): str(score),
         SPLIT_TAG: split_tag,
         "vidtx.gflops_per_view": f"{flops.gflops:.3f}",
     }
@@ -148,7 +170,7 @@ def register(
     client.update_model_version(registry.model_name, version, description=card.replace("`", ""))
     below_floor = _below_floor(registry, result)
     promote, reason = (
-        (False, below_floor) if below_floor else _decide_promotion(client, registry, score, split_tag)
+        (False, below_floor) if below_floor else _decide_promotion(client, registry, metric, score, split_tag)
     )
     if not below_floor:
         client.set_registered_model_alias(registry.model_name, registry.challenger_alias, version)

@@ -26,7 +26,7 @@ from vidtx.train.checkpoint import TrainState, restore, save_and_report, trained
 from vidtx.train.compilation import warn_about_graph_breaks
 from vidtx.train.ema import WeightAverage
 from vidtx.train.engine import build_engine
-from vidtx.train.objectives import OBJECTIVES, MaskedAutoencoding
+from vidtx.train.objectives import MaskedAutoencoding, objective_type
 from vidtx.train.payload import WorkerPayload
 from vidtx.train.profiling import StepProfiler
 from vidtx.train.sample_log import SampleLog
@@ -55,9 +55,14 @@ class WorkerTrainer:
         )
         train, data = self.cfg.train, self.cfg.data
         torch.manual_seed(train.seed)  # identical initial weights on every rank
-        self.loader = build_train_loader(data, batch_size=train.micro_batch_size, seed=train.seed)
+        self.loader = build_train_loader(
+            data,
+            batch_size=train.micro_batch_size,
+            seed=train.seed,
+            multi_label=self.cfg.model.task == "multi_label",
+        )
         self.class_names = self.loader.data.class_names  # the sources' labels merged by name
-        self.objective = OBJECTIVES[payload.objective](self.cfg, len(self.class_names))
+        self.objective = objective_type(payload.objective, self.cfg)(self.cfg, self.loader.data)
         model = self.objective.model()
         network = model.encoder if isinstance(model, MaskedAutoencoder) else model  # what init_from fills
         started = self._start_from(network) if self.cfg.model.init_from else None

@@ -1,7 +1,11 @@
-"""What a training run learns: the one loop (`vidtx.train.loop`) with one of two objectives.
+"""What a training run learns: the one loop (`vidtx.train.loop`) with one of three objectives.
 
 - `Classification` (`vidtx train`): the zoo's network, batch mixing (mixup, CutMix) and cross-entropy
-  on the labels; validation reports top-1, top-5 and loss, and the best checkpoint is the best top-1.
+  on the labels (focal and weighted per class as `train.loss` and `train.class_weights` say);
+  validation reports top-1, top-5 and loss, and the best checkpoint is the best top-1.
+- `MultiLabelClassification` (`vidtx train` with `model.task: multi_label`): the same network with a
+  sigmoid per class, binary cross entropy on the label sets (mixing blends their vectors); validation
+  reports mAP (`vidtx.eval.multilabel`) and loss, and the best checkpoint is the best mAP.
 - `MaskedAutoencoding` (`vidtx pretrain`): the network as the encoder of a masked autoencoder
   (`vidtx.models.mae`); labels are ignored; the loss is the reconstruction error of the hidden tokens;
   validation reports that error on the validation split under masks drawn from a fixed seed (so two
@@ -25,10 +29,18 @@ from torch import nn
 
 from vidtx.config import PipelineConfig
 from vidtx.data.eval_loader import build_eval_loader
+from vidtx.data.mixing import TrainingData
 from vidtx.model_factory import masked_autoencoder, model_for
 from vidtx.models.mae import MaskedAutoencoder
 from vidtx.models.masking import sample_mask
-from vidtx.train.loss import BatchMix, classification_loss, mix_batch
+from vidtx.train.loss import (
+    BatchMix,
+    balanced_class_weights,
+    classification_loss,
+    mix_batch,
+    multilabel_loss,
+    smoothed_targets,
+)
 from vidtx.train.validation import validate
 
 ObjectiveName = Literal["classification", "masked_autoencoding"]
@@ -40,26 +52,49 @@ class Classification:
     """Supervised classification of the clips' labels (see the module docstring)."""
 
     score = ("val_top1", "max")  # the report's metric that picks the best checkpoint, and its order
+    multi_label = False
 
-    def __init__(self, config: PipelineConfig, num_classes: int) -> None:
-        self.config, self.num_classes = config, num_classes
+    def __init__(self, config: PipelineConfig, data: TrainingData) -> None:
+        self.config, self.num_classes = config, len(data.class_names)
         self.mix = BatchMix.from_config(config.train)
+        frequencies = torch.from_numpy(data.class_frequencies()).float()
+        self.class_weights = (
+            balanced_class_weights(frequencies) if config.train.class_weights == "balanced" else None
+        )
 
     def model(self) -> nn.Module:
         return model_for(self.config, num_classes=self.num_classes)
+
+    def targets(
+        self, clips: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clips as trained on and their targets: labels (B,) or label sets (B, K) as they are, or
+        mixed (`train.mixup_alpha`, `train.cutmix_alpha`) into soft rows (B, K)."""
+        if not self.mix.enabled:
+            return clips, labels
+        return mix_batch(clips, labels, self.num_classes, self.mix, self.config.train.label_smoothing, rng)
 
     def loss(
         self, engine: Any, clips: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
     ) -> torch.Tensor:
         train = self.config.train
-        targets: torch.Tensor = labels  # (B,), or soft (B, num_classes) when mixed
-        if self.mix.enabled:
-            clips, targets = mix_batch(clips, labels, self.num_classes, self.mix, train.label_smoothing, rng)
-        return classification_loss(engine(clips), targets, train.label_smoothing)
+        clips, targets = self.targets(clips, labels, rng)
+        gamma = train.focal_gamma if train.loss == "focal" else 0.0
+        return classification_loss(
+            engine(clips), targets, train.label_smoothing, class_weights=self.class_weights, focal_gamma=gamma
+        )
 
     def validate(self, engine: Any, to_model: ToModel, class_names: Sequence[str]) -> dict[str, float]:
         train, data = self.config.train, self.config.data
-        return validate(engine, data, train.micro_batch_size, train.val_max_batches, to_model, class_names)
+        return validate(
+            engine,
+            data,
+            train.micro_batch_size,
+            train.val_max_batches,
+            to_model,
+            class_names,
+            self.multi_label,
+        )
 
     @staticmethod
     def summary(results: dict[str, float]) -> str:
@@ -70,12 +105,35 @@ class Classification:
         return {"val_top1": results["top1"], "val_loss": results["loss"]}
 
 
+class MultiLabelClassification(Classification):
+    """Supervised classification of the clips' label sets (see the module docstring)."""
+
+    score = ("val_map", "max")
+    multi_label = True
+
+    def loss(
+        self, engine: Any, clips: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
+    ) -> torch.Tensor:
+        clips, targets = self.targets(clips, labels, rng)
+        if not self.mix.enabled:  # mixed rows are smoothed already
+            targets = smoothed_targets(targets, self.num_classes, self.config.train.label_smoothing)
+        return multilabel_loss(engine(clips), targets)
+
+    @staticmethod
+    def summary(results: dict[str, float]) -> str:
+        return f"mAP {results['mean_ap']:.3f}"
+
+    @staticmethod
+    def report(results: dict[str, float]) -> dict[str, float]:
+        return {"val_map": results["mean_ap"], "val_loss": results["loss"]}
+
+
 class MaskedAutoencoding:
     """Masked-autoencoder pretraining (see the module docstring)."""
 
     score = ("val_loss", "min")
 
-    def __init__(self, config: PipelineConfig, num_classes: int) -> None:
+    def __init__(self, config: PipelineConfig, data: TrainingData) -> None:
         self.config = config
 
     def model(self) -> nn.Module:
@@ -166,8 +224,11 @@ class MaskedAutoencoding:
         return {"val_loss": results["loss"]}
 
 
-Objective = Classification | MaskedAutoencoding
-OBJECTIVES: dict[str, type[Objective]] = {
-    "classification": Classification,
-    "masked_autoencoding": MaskedAutoencoding,
-}
+Objective = Classification | MultiLabelClassification | MaskedAutoencoding
+
+
+def objective_type(name: ObjectiveName, config: PipelineConfig) -> type[Objective]:
+    """The objective a run of `name` learns: a classification's depends on `model.task`."""
+    if name == "masked_autoencoding":
+        return MaskedAutoencoding
+    return MultiLabelClassification if config.model.task == "multi_label" else Classification

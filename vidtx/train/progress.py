@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 # (step, max_steps, latest metrics, the line of a validation result new since the last call, else None)
 ProgressCallback = Callable[[int, int, dict[str, float], str | None], None]
-VALIDATION_METRIC = "val/top1"
+VALIDATION_METRIC = "val/loss"  # what every objective's validation logs
 DATA_WAIT_METRIC = "train/data_wait"
 
 
@@ -50,7 +50,7 @@ def follow_progress(
                 if step > reported or validation > validated:
                     metrics = dict(client.get_run(run_id).data.metrics)
                     show(step, _progress_text(metrics))
-                    line = _validation_line(validation, metrics) if validation > validated else None
+                    line = validation_line(validation, metrics) if validation > validated else None
                     if line is not None:
                         logger.info(line)
                     if progress is not None:
@@ -79,9 +79,16 @@ def _progress_text(metrics: dict[str, float]) -> str:
     return " ".join(parts)
 
 
-def _validation_line(step: int, metrics: dict[str, float]) -> str:
-    """The log line of the validation at `step`, from the run's latest `metrics`."""
-    top5, loss = metrics.get("val/top5", float("nan")), metrics.get("val/loss", float("nan"))
-    return (
-        f"step {step}: validation top-1 {metrics[VALIDATION_METRIC]:.3f}, top-5 {top5:.3f}, loss {loss:.3f}"
-    )
+VALIDATION_FIGURES = (
+    ("val/top1", "top-1"),
+    ("val/top5", "top-5"),
+    ("val/mean_ap", "mAP"),
+    ("val/loss", "loss"),
+)
+
+
+def validation_line(step: int, metrics: dict[str, float]) -> str:
+    """The log line of the validation at `step`, from the run's latest `metrics`: those of its
+    objective (a classifier's top-1 and top-5, a multi-label classifier's mAP) and the loss."""
+    figures = ", ".join(f"{name} {metrics[key]:.3f}" for key, name in VALIDATION_FIGURES if key in metrics)
+    return f"step {step}: validation {figures}"
