@@ -7,9 +7,9 @@ fresh process so that its peak resident memory (`ru_maxrss`) is its own. Reporte
 second and the peak RSS, each against the 1-minute video's. Only one window's frames are decoded at
 a time, and the file is never held in memory (opened by its path, probed as it is demuxed: before,
 it was held three times, by the bytes read, the probe's list of packets and decord's copy, and the
-peak was 419 / 457 / 701 MB). What still grows with the length is decord's own memory:
-about 3 KB per decoded frame at 64x48, which neither seeking, a new reader nor malloc_trim gives back
-(measured by decoding alone: 41 MB after 1 minute, 85 MB after 30).
+peak was 419 / 457 / 701 MB). What still grows with the length is decord's own memory: a reader keeps
+the packets after the point it started decoding from, about the rest of the encoded file (+41-44 MB
+for a 39 MB file read from its start; measured apart from this benchmark).
 """
 
 from __future__ import annotations
