@@ -89,9 +89,8 @@ def _build_trainer(
     payload: WorkerPayload, run_name: str, storage_path: str, callbacks: Sequence[UserCallback]
 ) -> TorchTrainer:
     train_cfg = payload.config.train
-    score, order = objective_type(
-        payload.objective, payload.config
-    ).score  # which checkpoints Ray keeps as the best
+    # which checkpoints Ray keeps as the best
+    score, order = objective_type(payload.objective, payload.config).score
     resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
     return _Trainer(
         train_loop_per_worker,
