@@ -16,6 +16,7 @@ as its evaluation did; a single-label model averages its views' softmax.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -61,6 +62,12 @@ class VideoClassifier(ServedVideoModel):
     def _load(self, files: dict[str, Path]) -> None:
         super()._load(files)
         self.class_names = json.loads(files["class_names"].read_text())
+
+    @functools.cached_property
+    def classifier(self) -> nn.Linear:
+        """The network's classifier layer, which the embedding is given to (found once: a long video's
+        windows each ask for it)."""
+        return classifier_layer(self.module, len(self.class_names))[1]
 
     @property
     def multi_label(self) -> bool:
@@ -142,8 +149,7 @@ class VideoClassifier(ServedVideoModel):
         """The class probabilities (K,) of a video's views (softmax, the mean over the views; a
         multi-label model's sigmoids, combined as its `eval.view_aggregation` says) and their
         pre-logits embedding (D,), the mean over the views, from one forward pass."""
-        _, classifier = classifier_layer(self.module, len(self.class_names))
-        logits, pre_logits = view_logits_and_pre_logits(self.module, classifier, self.config.data, views)
+        logits, pre_logits = view_logits_and_pre_logits(self.module, self.classifier, self.config.data, views)
         if self.multi_label:
             probabilities = view_probabilities(logits[None], self.config.eval.view_aggregation)[0]
         else:

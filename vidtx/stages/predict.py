@@ -19,7 +19,6 @@ import pandas as pd
 from vidtx import storage
 from vidtx.config import PredictConfig, apply_overrides, validate_config
 from vidtx.locations import Location, location
-from vidtx.models.heads import classifier_layer
 from vidtx.results import PredictionSummary
 from vidtx.serving.classifier import VideoClassifier
 from vidtx.shard.annotations import read_csv_rows
@@ -129,9 +128,8 @@ def predict_videos(
     else:
         batches = score_here(classifier, videos, views, predict.batch_size)
     failed = 0
-    embedding_dim = classifier_layer(classifier.module, len(classifier.class_names))[1].in_features
     schema = table_schema(
-        embedding_dim if predict.embeddings else None,
+        classifier.classifier.in_features if predict.embeddings else None,
         windows=predict.window is not None,
         multi_label=classifier.multi_label,
     )
