@@ -8,11 +8,16 @@ request back 20 or 50 ms (a cloud bucket's first-byte latency in its region), wi
 (`data.cache_dir` empty at the start of each epoch): with fetch-ahead (the defaults of
 `data.fetch_ahead`, `fetch_requests`, `fetch_part_mb`) and without (`data.fetch_ahead: 0`: each
 shard fetched when its read starts, as one stream); and the frames store without a cache, where a
-clip's frames are one ranged GET, with read-ahead (`data.read_ahead`, its default) and without.
-Loader: `build_train_loader` at 8x224, segment sampling, the default augmentation, a shuffle buffer
-of 2 (small beside the epoch, as a real one is beside a real epoch), in process (no DataLoader
-worker), one epoch per measurement. CPU time is this process's (`time.process_time`: the loader and
-the fetcher's threads), not the S3 server's or the proxy's, which share the machine's 2 cores.
+clip reads only its frames (a ranged GET per span of frames within `RANGE_SLACK` of each other, all
+in flight at once), with read-ahead (`data.read_ahead`, its default) and without. Loader:
+`build_train_loader` at 8x224, segment sampling, the default augmentation, a shuffle buffer of 2
+(small beside the epoch, as a real one is beside a real epoch), in process (no DataLoader worker),
+one epoch per measurement. CPU time is this process's (`time.process_time`: the loader and the
+fetcher's threads); the S3 server's own CPU (moto, one Python process, sharing the machine's 2 cores
+with the loader and the proxy) is measured apart, per clip: where it nears the wall time per clip,
+the test server, not the loader, is the limit. MB per clip is what came from the bucket (whole tars
+into the cache, or the ranged GETs); "÷ frames" divides it by the bytes of the JPEG frames the clip
+decodes.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from functools import partial
 from pathlib import Path
 from unittest import mock
 
+import psutil
+
 from benchmarks.object_storage import epoch, s3_environment
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, interleaved, round_ratios
@@ -33,9 +40,13 @@ from benchmarks.videos import shard_store, write_busy_videos, write_copies
 from infra.local.latency_proxy import latency_proxy
 from infra.local.ports import free_port
 from infra.local.s3_server import create_bucket, requests, s3_server
+from vidtx import storage
 from vidtx.manifest import load_manifest
+from vidtx.storage import objects
 
 log = logging.getLogger(__name__)
+
+read_range, read_ranges = objects.read_range, storage.read_ranges  # as the benchmark wraps them
 
 STORES = ("re-encoded", "frames")
 DELAYS_MS = (20, 50)
@@ -45,7 +56,11 @@ WITH_CACHE = ["disk", *(f"{delay} ms" for delay in DELAYS_MS), f"{SLOWEST}, no f
 # the frames store is also read without a cache: a ranged GET per clip, `data.read_ahead` in flight
 CASES = {
     "re-encoded": WITH_CACHE,
-    "frames": [*WITH_CACHE, f"{SLOWEST}, no cache", f"{SLOWEST}, no cache, no read-ahead"],
+    "frames": [
+        *WITH_CACHE,
+        *(f"{delay} ms, no cache" for delay in DELAYS_MS),
+        f"{SLOWEST}, no cache, no read-ahead",
+    ],
 }
 
 
@@ -67,31 +82,64 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
             seconds: dict[str, list[float]] = {}
             traffic: dict[str, dict[str, float]] = {}
 
+            server = next(
+                child
+                for child in psutil.Process().children(recursive=True)
+                if "moto.server" in child.cmdline() and str(port) in child.cmdline()
+            )
+
             def measure(store: str, case: str) -> float:
                 """One epoch of `case` (one of CASES); its CPU s / clip."""
-                if case == "disk":
-                    clips, wall, cpu = epoch(shards[(store, "disk")], shuffle_buffer=2)
-                else:
-                    delay = int(case.split()[0])
-                    cache = None if "no cache" in case else work / "cache" / store
-                    settings = {"fetch_ahead": 0} if "no fetch-ahead" in case else {}
-                    settings |= {"read_ahead": 0} if "no read-ahead" in case else {}
-                    if cache is not None:
-                        shutil.rmtree(cache, ignore_errors=True)  # cold
-                    mark = (work / "s3.log").stat().st_size
-                    proxied = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxies[delay]}"}
-                    with mock.patch.dict(os.environ, proxied):
-                        clips, wall, cpu = epoch(
-                            shards[(store, "bucket")], shuffle_buffer=2, cache_dir=cache, **settings
-                        )
-                    made = requests(work / "s3.log", mark)
-                    traffic[f"{store}|{case}"] = {"requests": len(made) / clips}
-                    if cache is not None:
-                        traffic[f"{store}|{case}"]["bytes"] = (
-                            sum(f.stat().st_size for f in cache.iterdir() if f.suffix == ".tar") / clips
-                        )
+                counts = {"fetched": 0, "frames": 0}
+
+                def fetched(where: str, start: int, end: int) -> bytes:
+                    counts["fetched"] += end - start
+                    return read_range(where, start, end)
+
+                def frames(
+                    where: storage.Location, offset: int, ranges: list[tuple[int, int]]
+                ) -> list[bytes]:
+                    counts["frames"] += sum(end - start for start, end in ranges)
+                    return read_ranges(where, offset, ranges)
+
+                with (
+                    mock.patch.object(objects, "read_range", fetched),
+                    mock.patch.object(storage, "read_ranges", frames),
+                ):
+                    if case == "disk":
+                        clips, wall, cpu = epoch(shards[(store, "disk")], shuffle_buffer=2)
+                        traffic[f"{store}|{case}"] = {"frame_bytes": counts["frames"] / clips}
+                    else:
+                        clips, wall, cpu = bucket_epoch(store, case, counts)
                 seconds.setdefault(f"{store}|{case}", []).append(wall / clips)
                 return cpu / clips
+
+            def bucket_epoch(store: str, case: str, counts: dict[str, int]) -> tuple[int, float, float]:
+                delay = int(case.split()[0])
+                cache = None if "no cache" in case else work / "cache" / store
+                settings = {"fetch_ahead": 0} if "no fetch-ahead" in case else {}
+                settings |= {"read_ahead": 0} if "no read-ahead" in case else {}
+                if cache is not None:
+                    shutil.rmtree(cache, ignore_errors=True)  # cold
+                mark, server_cpu = (work / "s3.log").stat().st_size, sum(server.cpu_times()[:2])
+                proxied = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxies[delay]}"}
+                with mock.patch.dict(os.environ, proxied):
+                    clips, wall, cpu = epoch(
+                        shards[(store, "bucket")], shuffle_buffer=2, cache_dir=cache, **settings
+                    )
+                made = requests(work / "s3.log", mark)
+                downloaded = (
+                    counts["fetched"]
+                    if cache is None
+                    else sum(f.stat().st_size for f in cache.iterdir() if f.suffix == ".tar")
+                )
+                traffic[f"{store}|{case}"] = {
+                    "requests": len(made) / clips,
+                    "bytes": downloaded / clips,
+                    "frame_bytes": counts["frames"] / clips,
+                    "server_cpu": (sum(server.cpu_times()[:2]) - server_cpu) / clips,
+                }
+                return clips, wall, cpu
 
             with contextlib.ExitStack() as running:
                 for delay, proxy_port in proxies.items():
@@ -123,7 +171,7 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
         },
         tables=tables(cpu, wall, traffic),
         raw={"cpu_seconds_per_clip": cpu, "wall_seconds_per_clip": wall, "traffic_per_clip": traffic},
-        notes=notes(cpu, wall),
+        notes=notes(cpu, wall, traffic),
         quick=quick,
     )
 
@@ -133,31 +181,49 @@ def tables(
 ) -> list[Table]:
     rows = []
     for store in STORES:
-        disk = wall[f"{store}|disk"]
+        disk, disk_cpu = wall[f"{store}|disk"], cpu[f"{store}|disk"]
         for case in CASES[store]:
             key = f"{store}|{case}"
             per_clip = traffic.get(key, {})
+            bucket = case != "disk"
+            frame_bytes = per_clip.get("frame_bytes", 0)
             rows.append(
                 [
                     store,
                     case,
                     fmt(1 / wall[key].median),
-                    "1" if case == "disk" else fmt(round_ratios(disk, wall[key]).median, 2),
+                    fmt(round_ratios(disk, wall[key]).median, 2) if bucket else "1",
                     fmt(cpu[key].median * 1e3),
-                    fmt(per_clip["requests"], 2) if per_clip else "",
-                    fmt(per_clip["bytes"] / 1e6, 2) if "bytes" in per_clip else "",
+                    fmt(round_ratios(cpu[key], disk_cpu).median, 2) if bucket else "1",
+                    fmt(per_clip["server_cpu"] * 1e3) if bucket else "",
+                    fmt(per_clip["requests"], 2) if bucket else "",
+                    fmt(per_clip["bytes"] / 1e6, 2) if bucket else "",
+                    fmt(per_clip["bytes"] / frame_bytes, 2) if bucket and frame_bytes else "",
                 ]
             )
     return [
         Table(
             "Loader at 8x224, one core, in process: local disk against a bucket 20 and 50 ms away, cache cold",
-            ["store", "read from", "clips/s", "÷ disk", "CPU ms / clip", "requests / clip", "MB / clip"],
+            [
+                "store",
+                "read from",
+                "clips/s",
+                "÷ disk",
+                "CPU ms / clip",
+                "CPU ÷ disk",
+                "S3 server CPU ms / clip",
+                "requests / clip",
+                "MB / clip",
+                "MB ÷ frames",
+            ],
             rows,
         )
     ]
 
 
-def notes(cpu: dict[str, Samples], wall: dict[str, Samples]) -> list[str]:
+def notes(
+    cpu: dict[str, Samples], wall: dict[str, Samples], traffic: dict[str, dict[str, float]]
+) -> list[str]:
     lines = []
     for store in STORES:
         disk = wall[f"{store}|disk"]
@@ -177,10 +243,20 @@ def notes(cpu: dict[str, Samples], wall: dict[str, Samples]) -> list[str]:
         )
     frames = {
         case: round_ratios(wall["frames|disk"], wall[f"frames|{case}"]).median
-        for case in CASES["frames"][-2:]
+        for case in CASES["frames"][-3:]
     }
+    uncached = [(delay, f"frames|{delay} ms, no cache") for delay in DELAYS_MS]
     lines.append(
-        f"frames without a cache at {SLOWEST}: {fmt(frames[f'{SLOWEST}, no cache'], 2)}x disk's clips/s with "
-        f"read-ahead, {fmt(frames[f'{SLOWEST}, no cache, no read-ahead'], 2)}x reading one sample at a time."
+        "frames without a cache (a clip's frames only): "
+        + ", ".join(
+            f"{fmt(frames[key.split('|')[1]], 2)}x disk's clips/s at {delay} ms" for delay, key in uncached
+        )
+        + f" with read-ahead ({fmt(frames[f'{SLOWEST}, no cache, no read-ahead'], 2)}x at {SLOWEST} reading one "
+        f"sample at a time); {fmt(traffic[uncached[-1][1]]['bytes'] / traffic[uncached[-1][1]]['frame_bytes'], 2)}x "
+        f"the clip's own frame bytes downloaded, "
+        f"{fmt(round_ratios(cpu[uncached[-1][1]], cpu['frames|disk']).median, 2)}x disk's CPU per clip; the S3 "
+        f"server spends {fmt(traffic[uncached[-1][1]]['server_cpu'] * 1e3)} ms of CPU per clip at {SLOWEST}, "
+        f"{fmt(traffic[uncached[-1][1]]['server_cpu'] / wall[uncached[-1][1]].median * 100, 2)}% of the wall time "
+        "per clip (one core is 100%)."
     )
     return lines

@@ -126,7 +126,8 @@ def test_two_readers_wanting_one_shard_at_once_fetch_it_once(bucket_shards: str,
 def test_the_frames_store_read_without_a_cache_keeps_read_ahead_requests_in_flight(
     bucket_frames_shards: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No cache: a clip's frames are one ranged GET, and with `data.read_ahead` = 4 four of them wait
+    """No cache: a clip's frames (32-px JPEGs, well within the merge slack of each other) are one ranged
+    GET, and with `data.read_ahead` = 4 four of them wait
     on the bucket (50 ms away, through the latency proxy) at once, never more; the epoch's batches
     are those of reading one sample at a time."""
     in_flight, most, lock = 0, 0, threading.Lock()

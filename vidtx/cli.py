@@ -140,6 +140,14 @@ def inspect(
         fail(f"{len(damaged)} damaged shard(s) in {shards}: run `vidtx shard` again to rewrite them", code=1)
 
 
+@app.command()
+def index(shards: Annotated[str, typer.Argument(help="Shard folder or bucket prefix.")]) -> None:
+    """Add the indexes that old frames-store shards lack: a clip then reads only its frames from a bucket."""
+    from vidtx.shard.tars import add_indexes
+
+    typer.echo(f"{len(add_indexes(shards))} index(es) written in {shards}")
+
+
 @app.command(cls=reads("train"))
 def train(config: ConfigArg, overrides: OverridesOpt = None, tags: TagsOpt = None) -> None:
     """Train with Ray Train + DeepSpeed (local Ray, or a cluster via RAY_ADDRESS / train.cluster.address).

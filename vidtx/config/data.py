@@ -255,7 +255,8 @@ class DataConfig(StrictModel):
         2,
         ge=0,
         description="Frames store in a bucket without cache_dir: samples whose frames each DataLoader worker "
-        "reads ahead of the decoder, one ranged GET each (0: one sample at a time; 2: measured best of 0-16).",
+        "reads ahead of the decoder, the ranged GETs of its clips' frames (0: one sample at a time; 2: measured "
+        "best of 0-16 when a clip was one GET).",
     )
     repeated_sampling: int = Field(1, ge=1, description="Clips drawn from one decoded video.")
 

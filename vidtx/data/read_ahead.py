@@ -1,8 +1,9 @@
 """Opening a DataLoader worker's training samples ahead of the decoder.
 
-Frames-store shards in a bucket read without a cache: a clip's frames are one ranged GET (first to
-last sampled frame). A worker opens each sample `data.read_ahead` samples before the decoder reaches
-it and starts that read in a thread, so that many requests are in flight instead of one. Opening
+Frames-store shards in a bucket read without a cache: a clip reads only its frames' bytes, a ranged
+GET per span of near frames (`vidtx.storage.read_ranges`, its spans in flight at once). A worker
+opens each sample `data.read_ahead` samples before the decoder reaches it and starts that read in a
+thread, so that the next samples' requests are in flight while the decoder decodes this one. Opening
 draws the sample's frame indices from its own generator (seeded by its place in the worker's
 stream), so the draws keep their order, its frames then its augmentation, and exact resume holds.
 """
@@ -63,7 +64,7 @@ def read_ahead(
     pending: Iterable[Pending], ahead: int, opener: Callable[[Pending], Opened | Exception]
 ) -> Iterator[Pending]:
     """`pending` in order, a frames-store sample in a bucket opened `ahead` samples before its turn
-    and the read of its frames started then, in a thread: `ahead` ranged GETs in flight instead of
+    and the read of its frames started then, in a thread: `ahead` samples' reads in flight instead of
     one, each sample's frames waiting when the decoder comes to it."""
     if not ahead:
         yield from pending
