@@ -1,18 +1,23 @@
 """Training on a real two-node Ray cluster on this machine: `vidtx train` submitted as a Ray Job, one
 DeepSpeed (ZeRO-2, gloo) worker per node, checkpoints in storage both nodes reach (a file:// URI),
-submitted by the train-model Prefect flow; then a node lost mid-run and replaced.
+submitted by the train-model Prefect flow; then a node lost mid-run and replaced, and one lost during
+an evaluation over Ray.
 
 The nodes are separate `ray start` processes (`benchmarks/ray_nodes.py`), so the workers really are on
 different Ray nodes, talk gloo over TCP and see only what they share: the file system here stands in
-for S3/GCS/NFS. The tests run in file order on one cluster; the node-loss test, which replaces a node,
-comes last.
+for S3/GCS/NFS. The tests run in file order on one cluster; the node-loss tests come last: training's
+replaces node_b by node_c, then an evaluation over Ray loses node_c.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -24,13 +29,16 @@ import torch
 from demo_config import config_file
 from mlflow import MlflowClient
 from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.util.state import list_tasks
 from training_runs import history
 
 from benchmarks.ray_nodes import LocalCluster, head_and_node_b
 from vidtx.config import PipelineConfig
-from vidtx.eval.multiview import predict_split
+from vidtx.eval.multiview import evaluate, predict_split
 from vidtx.locations import location
 from vidtx.manifest import load_manifest
+from vidtx.model_factory import model_for
+from vidtx.models import save_checkpoint
 from vidtx.stages.train import train
 from vidtx.stages.trained_model import load_trained_model
 from vidtx.tracking.lineage import FLOW_RUN_TAG
@@ -42,6 +50,32 @@ pytestmark = pytest.mark.slow
 
 RANK_NODE = re.compile(r"pid=(\d+)\D.*?rank (\d+)/2 on node ([0-9a-f]+)")
 RANK_SHARDS = re.compile(r"rank (\d+)/2 epoch (\d+) reads shards (\S+)")
+
+# A driver of its own (the test's process may hold a local Ray already): `evaluate` over 2 Ray tasks on
+# the cluster, one of them on `node`; writes its job and node once the tasks can start, then the result.
+EVALUATE_ON_CLUSTER = """
+import json, sys
+from pathlib import Path
+import ray
+from ray.util.placement_group import placement_group
+from vidtx.config.loading import load_config
+from vidtx.eval.multiview import evaluate
+from vidtx.manifest import load_manifest
+from vidtx.models import load_checkpoint
+from vidtx.ray_session import ray_session
+
+gcs_port, node, config_file, checkpoint, started, result = sys.argv[1:]
+with ray_session(f"127.0.0.1:{gcs_port}"):  # joined on loopback (ray.init alone leaves it)
+    # one CPU of the head and one of `node` held: the two tasks (one CPU each) get one node each
+    held = placement_group([{"CPU": 1, "head": 0.01}, {"CPU": 1, node: 0.01}])
+    ray.get(held.ready(), timeout=60)
+    context = ray.get_runtime_context()
+    Path(started).write_text(json.dumps({"job": context.get_job_id(), "node": context.get_node_id()}))
+    config = load_config(config_file)
+    manifest = load_manifest(config.data.shards, config.eval.split)
+    outcome = evaluate(load_checkpoint(checkpoint), manifest, config.data, config.eval)
+    Path(result).write_text(json.dumps({"metrics": outcome.metrics(), "videos": outcome.num_videos}))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +264,72 @@ def test_lost_node_is_replaced_and_training_resumes_from_shared_storage(
     assert run.data.tags["origin"] == "test"
     assert progress
     assert progress[-1] == 40
+
+
+def test_evaluation_survives_a_lost_node(
+    tiny_config: PipelineConfig, tmp_path: Path, cluster: LocalCluster
+) -> None:
+    """`evaluate` over 2 Ray tasks, the node running one of them lost (its raylet SIGKILLed): the task
+    runs again on the driver's node with the model from the driver's object store, and the result is
+    that of a one-process evaluation."""
+    config = tiny_config.model_copy(deep=True)
+    # 24 videos of 64x3 views, one at a time: each task runs for seconds, time to lose its node
+    config.eval = config.eval.model_copy(
+        update={"split": "train", "num_clips": 64, "num_crops": 3, "batch_size": 1, "num_workers": 2}
+    )
+    model = model_for(config)
+    save_checkpoint(model, tmp_path / "model.pt")
+    (lost,) = set(cluster.alive_nodes().values()) - {"head"}  # node_b, or node_c after the test above
+    started, output, log = tmp_path / "started.json", tmp_path / "result.json", tmp_path / "driver.log"
+    arguments = [
+        cluster.gcs_port,
+        lost,
+        config_file(config, tmp_path),
+        tmp_path / "model.pt",
+        started,
+        output,
+    ]
+    env = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+    with log.open("wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-c", EVALUATE_ON_CLUSTER, *map(str, arguments)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline, running = time.monotonic() + 90, []
+        while not running:
+            assert driver.poll() is None, f"the evaluation ended before its node was lost: {log.read_text()}"
+            assert time.monotonic() < deadline, f"no evaluation task ran on {lost}: {log.read_text()}"
+            time.sleep(0.2)
+            if started.exists():
+                job = json.loads(started.read_text())["job"]
+                nodes = cluster.alive_nodes()
+                tasks = list_tasks(
+                    address=cluster.dashboard,
+                    filters=[
+                        ("job_id", "=", job),
+                        ("name", "=", "_predict_remote"),
+                        ("state", "=", "RUNNING"),
+                    ],
+                )
+                running = [task for task in tasks if nodes.get(task.node_id) == lost]
+        lost_node = next(node for node in cluster.nodes if node.name == lost)
+        lost_node.kill_raylet()
+        driver.wait(timeout=120)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, log.read_text()
+    result = json.loads(output.read_text())
+
+    manifest = load_manifest(config.data.shards, "train")
+    one_process = evaluate(model, manifest, config.data, config.eval.model_copy(update={"num_workers": 1}))
+    assert result["videos"] == one_process.num_videos == manifest.num_samples  # each video once
+    assert result["metrics"] == pytest.approx(one_process.metrics(), abs=1e-5)
+    assert nodes[json.loads(started.read_text())["node"]] == "head"  # the driver's node (owns the model)
+    attempts = list_tasks(
+        address=cluster.dashboard, filters=[("job_id", "=", job), ("name", "=", "_predict_remote")]
+    )
+    retried = {task.task_id for task in attempts if task.attempt_number > 0}
+    assert retried == {running[0].task_id}, attempts  # the lost node's task, run again

@@ -95,8 +95,12 @@ def predict_split(
     return ViewLogits(torch.cat(logits), torch.cat(labels), keys)
 
 
-@ray.remote(num_cpus=1)
+# A task whose worker or node dies is run again, on a node that is alive (Ray's default, stated: the
+# evaluation survives a lost node). The model it fetches again lives on: `evaluate` owns it, and its
+# primary copy is in the object store of the driver's node.
+@ray.remote(num_cpus=1, max_retries=3)
 def _predict_remote(model: nn.Module, data: DataConfig, split: str, kwargs: dict[str, Any]) -> ViewLogits:
+    """`predict_split` in a Ray task: pure, so a retried attempt gives the same logits."""
     return predict_split(model, data, split, **kwargs)
 
 
@@ -114,6 +118,11 @@ def evaluate(
     them).
 
     `data` says how clips are made (frames, sampling, crop size, normalisation) and where the shards are.
+
+    Over Ray, losing a node other than this process's own (its raylet, its machine) loses nothing: its
+    task is run again on a node that is alive (up to 3 times), with the model from this process's
+    object store, and every video still counts once. Losing this process's own node ends the
+    evaluation (the model and the results are owned here), as it ends this process.
     """
     split = manifest.split
     class_names = list(class_names if class_names is not None else manifest.class_names)
