@@ -125,7 +125,8 @@ def test_multi_label_videos_train_evaluate_by_map_register_on_its_floor_and_pred
     assert all(manifest.multi_label for manifest in manifests.values())
 
     result = train(config, run_name="multilabel")
-    client = MlflowClient(result.tracking_uri)
+    # its registry too: MlflowClient's default registry is whatever an earlier test's process set
+    client = MlflowClient(result.tracking_uri, registry_uri=result.tracking_uri)
     logged = client.get_run(result.mlflow_run_id).data.metrics
     assert sorted(history(result, "val/mean_ap")) == [4, 8]
     assert "val/loss" in logged
