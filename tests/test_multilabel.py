@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 from sklearn.metrics import average_precision_score
 from training_runs import history, run_config
 
-from vidtx.config import PipelineConfig, SynthConfig, load_config
+from vidtx.config import ConfigError, PipelineConfig, SynthConfig, load_config
 from vidtx.model_factory import model_for
 from vidtx.serving.classifier import VideoClassifier
 from vidtx.stages.evaluate import evaluate_trained
@@ -123,6 +123,11 @@ def test_multi_label_videos_train_evaluate_by_map_register_on_its_floor_and_pred
     config.registry.model_name = "multilabel-test"
     manifests = shard_dataset(config.shard, config.synth).manifests
     assert all(manifest.multi_label for manifest in manifests.values())
+
+    single_label = config.model_copy(deep=True)
+    single_label.model.task = "single_label"
+    with pytest.raises(ConfigError, match=r"^model.task single_label: the training data .* holds label sets"):
+        train(single_label, run_name="single-label")  # one line on the driver, before any Ray worker
 
     result = train(config, run_name="multilabel")
     # its registry too: MlflowClient's default registry is whatever an earlier test's process set

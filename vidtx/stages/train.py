@@ -90,6 +90,11 @@ def _train_on_ray(
     train_cfg = config.train
     labeled = objective == "classification"  # pretraining reads unlabeled shards too
     data, validation = training_splits(config.data, labeled)  # before the tracking store is created
+    if labeled and data.multi_label and config.model.task != "multi_label":  # not a worker's traceback
+        raise ConfigError(
+            f"model.task {config.model.task}: the training data ({config.data.shards}) holds label sets "
+            "(sharded multi-label); set model.task=multi_label"
+        )
     tracking_uri = resolve_tracking_uri(config)
     client = connect(tracking_uri)  # a dead tracking store fails here, before any compute
     lineage = {
