@@ -1,15 +1,18 @@
 """Issue 60 point 2: a long video scored window by window, against its length.
 
-Videos of 1, 10 and 60 minutes (generated: 64x48 noise at 8 fps, H.264) are scored by the demo's
-X-ViT (xvit_tiny, untrained: the cost does not depend on the weights) with windows of 4 s every 4 s
-(`VideoClassifier.classify_windows`: each window's one centre view decoded on its own), each in a
-fresh process so that its peak resident memory (`ru_maxrss`) is its own. Reported: windows scored per
-second and the peak RSS, each against the 1-minute video's. Only one window's frames are decoded at
-a time, and the file is never held in memory (opened by its path, probed as it is demuxed: before,
-it was held three times, by the bytes read, the probe's list of packets and decord's copy, and the
-peak was 419 / 457 / 701 MB). What still grows with the length is decord's own memory: a reader keeps
-the packets after the point it started decoding from, about the rest of the encoded file (+41-44 MB
-for a 39 MB file read from its start; measured apart from this benchmark).
+Videos of 1, 10 and 60 minutes (generated: 64x48 noise at 8 fps, H.264, a keyframe every 250 frames)
+are read window by window, 4 s every 4 s, two ways, each in a fresh process so that its peak resident
+memory (VmHWM: `ru_maxrss` would count the parent's peak, 265 MB of frames for the hour) is its own:
+
+- `segments`: what the served model and `vidtx predict` do (`vidtx.media.segments`): decord is given
+  small MP4s of the groups of pictures that hold the frames asked for;
+- `whole file`: the baseline, one decord reader over the file, whose memory grows with the encoded
+  length it has read past (about the file).
+
+Two measurements each: decoding alone (each window's centre clip at the crop's short side, no model:
+the memory decoding holds, apart from torch's), and scoring (`VideoClassifier.classify_windows`, the
+demo's X-ViT, untrained: the cost does not depend on the weights, one view a window), windows per
+second and peak RSS. Ratios against the 1-minute video's and against the whole file's.
 """
 
 from __future__ import annotations
@@ -31,23 +34,51 @@ log = logging.getLogger(__name__)
 MINUTES = (1, 10, 60)
 QUICK_MINUTES = (0.25, 1)
 FPS, WIDTH, HEIGHT, WINDOW = 8, 64, 48, 4.0
+MODES = ("whole file", "segments")
 DEMO = Path(__file__).resolve().parent.parent / "configs/experiments/demo.yaml"
-# run in a fresh interpreter: the classifier scores one video window by window and prints its figures
-SCORE = f"""
-import json, resource, sys, time, torch
+# run in a fresh interpreter: the windows of one video decoded one way; prints its figures
+OPEN = f"""
+import json, sys, time
+from pathlib import Path
+from vidtx.clips.sampling import FrameSampler
+from vidtx.clips.windows import plan_windows
 from vidtx.config import load_config
+from vidtx.media.decode import DecordVideo, probe_video, scaled_size
+from vidtx.media.segments import SegmentedVideo
+from vidtx.processes import peak_rss_mb
+path, way = Path(sys.argv[1]), sys.argv[2]
+config = load_config({str(DEMO)!r}, ["eval.num_clips=1", "eval.num_crops=1"])
+info = probe_video(path)
+width, height = scaled_size(info.width, info.height, config.data.crop_size)
+video = (SegmentedVideo if way == "segments" else DecordVideo)(path, width=width, height=height)
+"""
+DECODE = (
+    OPEN
+    + f"""
+sampler = FrameSampler(config.data.sampling, config.data.num_frames, config.data.frame_stride)
+started = time.perf_counter()
+windows, _ = plan_windows(video.num_frames, video.fps, {WINDOW}, {WINDOW})
+for window in windows:
+    video.frames((window.first + sampler.test(window.last - window.first, 1)).ravel().tolist())
+print(json.dumps({{"windows": len(windows), "seconds": time.perf_counter() - started, "peak_rss_mb": peak_rss_mb()}}))
+"""
+)
+SCORE = (
+    OPEN
+    + f"""
+import torch
 from vidtx.model_factory import model_for
 from vidtx.serving.classifier import VideoClassifier
 torch.set_num_threads(1)
-config = load_config({str(DEMO)!r}, ["eval.num_clips=1", "eval.num_crops=1"])
 classifier = VideoClassifier.of(model_for(config, num_classes=8), config, [str(i) for i in range(8)])
+classifier.open = lambda _: video  # the way asked for, where the served model opens by segments
 started = time.perf_counter()
-rows = classifier.classify_windows(sys.argv[1], window={WINDOW}, hop={WINDOW}, top_k=1, num_clips=1, num_crops=1)
+rows = classifier.classify_windows(str(path), window={WINDOW}, hop={WINDOW}, top_k=1, num_clips=1, num_crops=1)
 seconds = time.perf_counter() - started
 assert all(row.error is None for row in rows), rows[:3]
-print(json.dumps({{"windows": len(rows) - 1, "seconds": seconds,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+print(json.dumps({{"windows": len(rows) - 1, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}}))
 """
+)
 
 
 def write_video(path: Path, minutes: float) -> int:
@@ -59,56 +90,80 @@ def write_video(path: Path, minutes: float) -> int:
     return path.stat().st_size
 
 
-def measure(path: Path) -> dict:
+def measure(script: str, path: Path, way: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", SCORE, str(path)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script, str(path), way], capture_output=True, text=True, check=True
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
     lengths = QUICK_MINUTES if quick else MINUTES
-    raw, rows = {}, []
+    tasks = {"decoding alone": DECODE, "scoring": SCORE}
+    raw: dict[str, dict[str, dict[str, dict]]] = {task: {way: {} for way in MODES} for task in tasks}
     with tempfile.TemporaryDirectory() as folder:
         for minutes in lengths:
             video = Path(folder) / f"{minutes}min.mp4"
             size = write_video(video, minutes)
-            log.info("scoring a %g-minute video window by window", minutes)
-            case = raw[f"{minutes:g} min"] = measure(video) | {"file_mb": size / 1e6}
+            for task, script in tasks.items():
+                for way in MODES:
+                    log.info("%s: a %g-minute video window by window (%s)", task, minutes, way)
+                    raw[task][way][f"{minutes:g} min"] = measure(script, video, way) | {"file_mb": size / 1e6}
             video.unlink()
-    base = raw[f"{lengths[0]:g} min"]
-    for label, case in raw.items():
-        rate = case["windows"] / case["seconds"]
-        rows.append(
-            [
-                label,
-                fmt(case["file_mb"]),
-                str(case["windows"]),
-                fmt(rate),
-                f"{fmt(rate / (base['windows'] / base['seconds']), 2)}x",
-                fmt(case["peak_rss_mb"]),
-                f"{fmt(case['peak_rss_mb'] / base['peak_rss_mb'], 2)}x",
-            ]
-        )
-    longest = raw[f"{lengths[-1]:g} min"]
+    tables = [_table(task, raw[task]) for task in tasks]
+    first, longest = f"{lengths[0]:g} min", f"{lengths[-1]:g} min"
     notes = [
-        f"From {lengths[0]:g} to {lengths[-1]:g} minutes the peak RSS goes from {fmt(base['peak_rss_mb'])} to "
-        f"{fmt(longest['peak_rss_mb'])} MB ({fmt(longest['peak_rss_mb'] / base['peak_rss_mb'], 2)}x) while the "
-        f"video is {fmt(lengths[-1] / lengths[0], 2)}x as long; the file itself is {fmt(longest['file_mb'])} MB.",
+        f"{task}, {way}: from {first} to {longest} the peak RSS goes from {fmt(cases[way][first]['peak_rss_mb'])} "
+        f"to {fmt(cases[way][longest]['peak_rss_mb'])} MB (+{fmt(_growth(cases[way], first, longest))} MB; "
+        f"the file grows by {fmt(cases[way][longest]['file_mb'] - cases[way][first]['file_mb'])} MB)."
+        for task, cases in raw.items()
+        for way in MODES
     ]
     return BenchmarkResult(
         name="long_videos",
         title="Long videos window by window: throughput and peak memory against length",
         summary=(__doc__ or "").strip(),
         inputs={"minutes": lengths, "fps": FPS, "size": [WIDTH, HEIGHT], "window_s": WINDOW, "threads": 1},
-        tables=[
-            Table(
-                "One process per video, windows of 4 s, one view each",
-                ["video", "file (MB)", "windows", "windows/s", "vs first", "peak RSS (MB)", "vs first"],
-                rows,
-            )
-        ],
+        tables=tables,
         raw=raw,
         notes=notes,
         quick=quick,
     )
+
+
+def _table(task: str, cases: dict[str, dict[str, dict]]) -> Table:
+    rows = []
+    for label in cases[MODES[0]]:
+        for way in MODES:
+            case, first, whole = (
+                cases[way][label],
+                next(iter(cases[way].values())),
+                cases["whole file"][label],
+            )
+            rows.append(
+                [
+                    label,
+                    way,
+                    fmt(case["file_mb"]),
+                    str(case["windows"]),
+                    fmt(_rate(case)),
+                    f"{fmt(_rate(case) / _rate(whole), 2)}x",
+                    fmt(case["peak_rss_mb"]),
+                    f"+{fmt(case['peak_rss_mb'] - first['peak_rss_mb'])}",
+                    f"{fmt(case['peak_rss_mb'] / whole['peak_rss_mb'], 2)}x",
+                ]
+            )
+    header = ["video", "decoding", "file (MB)", "windows", "windows/s", "vs whole file", "peak RSS (MB)"]
+    return Table(
+        f"{task.capitalize()}: one process per video and way, windows of 4 s, one clip each",
+        [*header, "vs first (MB)", "vs whole file"],
+        rows,
+    )
+
+
+def _growth(cases: dict[str, dict], first: str, longest: str) -> float:
+    return cases[longest]["peak_rss_mb"] - cases[first]["peak_rss_mb"]
+
+
+def _rate(case: dict) -> float:
+    return case["windows"] / case["seconds"]

@@ -51,9 +51,11 @@ def encode(
     fps: int = 12,
     pts_ms: list[int] | None = None,
     rotation: int = 0,
+    options: dict[str, str] | None = None,
 ) -> bytes:
     """Frames (T, H, W, 3) as a video file; `pts_ms` gives each frame its own timestamp (VFR);
-    `rotation` (degrees) is written as the stream's display matrix, as phones do."""
+    `rotation` (degrees) is written as the stream's display matrix, as phones do; `options` are the
+    encoder's (for libx264 they replace the default `preset=ultrafast`, which has no B-frames)."""
     buffer = io.BytesIO()
     with av.open(buffer, "w", format=container) as output:
         stream = output.add_stream(codec, rate=fps)
@@ -61,7 +63,9 @@ def encode(
         stream.pix_fmt = "yuv420p"
         if rotation:
             stream.set_display_rotation(rotation)
-        if codec == "libx264":
+        if options is not None:
+            stream.options = options
+        elif codec == "libx264":
             stream.options = {"preset": "ultrafast"}
         if pts_ms is not None:
             stream.codec_context.time_base = Fraction(1, 1000)

@@ -67,14 +67,14 @@ def test_a_file_decodes_as_its_bytes_do(
 
 # the peak resident memory, in MB, that probing and opening a video file and decoding two of its frames add
 OPEN_A_FILE = """
-import resource, sys
+import sys
 from pathlib import Path
 from vidtx.media.decode import open_video, probe_video
-def peak_mb(): return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-before, path = peak_mb(), Path(sys.argv[1])
+from vidtx.processes import peak_rss_mb
+before, path = peak_rss_mb(), Path(sys.argv[1])
 info = probe_video(path)
 open_video(path).frames([0, info.num_frames - 1])
-print(peak_mb() - before)
+print(peak_rss_mb() - before)
 """
 
 

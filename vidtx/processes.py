@@ -21,6 +21,9 @@ pipe: after their interpreter's shutdown, half a second each when the machine is
 
 `sigterm_raises()` turns SIGTERM into an exception in the main thread, so `with` blocks (process
 pools included) unwind and stop their children instead of the interpreter vanishing.
+
+`peak_rss_mb()` is a process's own peak memory: `ru_maxrss` is not, in a child, since it starts
+from the peak of the parent that forked it (Linux folds the parent's high-water mark in at exec).
 """
 
 from __future__ import annotations
@@ -36,7 +39,14 @@ from collections.abc import Iterator
 from multiprocessing.connection import wait
 from multiprocessing.context import ForkServerContext, ForkServerProcess
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from types import FrameType
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory since it started its program, MB (VmHWM)."""
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024  # "VmHWM:   123456 kB"
 
 
 class TerminatedError(Exception):

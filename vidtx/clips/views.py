@@ -16,15 +16,26 @@ from vidtx.clips.normalize import normalize_clips
 from vidtx.clips.sampling import FrameSampler
 from vidtx.config import DataConfig
 from vidtx.media.decode import Video, VideoSource, open_video, probe_video, scaled_size
+from vidtx.media.segments import open_segmented
 
 
-def open_encoded(data: VideoSource, stored: tuple[int, int], short_side: int, num_threads: int) -> Video:
+def open_encoded(
+    data: VideoSource,
+    stored: tuple[int, int],
+    short_side: int,
+    num_threads: int,
+    *,
+    by_segments: bool = False,
+) -> Video:
     """An encoded video (bytes, or a file read as decoding asks) of `stored` (width, height) decoded
     with its short side at `short_side`: how evaluation opens a shard's video member and the served
-    model a video it is sent or a file it is named."""
+    model a video it is sent or a file it is named. `by_segments` decodes a few groups of pictures
+    at a time (`vidtx.media.segments`), so that a long video's length costs no memory."""
     size = scaled_size(*stored, short_side)
-    # decord scales while it decodes; at the stored size it needs no scaler at all
-    return open_video(data, size=None if size == stored else size, num_threads=num_threads)
+    size = None if size == stored else size  # decord scales while it decodes; none at the stored size
+    if by_segments:
+        return open_segmented(data, size=size, num_threads=num_threads)
+    return open_video(data, size=size, num_threads=num_threads)
 
 
 def frames_at(video: Video, indices: np.ndarray) -> np.ndarray:
@@ -53,10 +64,11 @@ def test_views(
 
 
 def open_payload(payload: VideoSource, data: DataConfig) -> Video:
-    """An encoded video (bytes or a file), checked readable and opened at the crop's short side; both
-    steps stream a file, so its length costs no memory."""
+    """An encoded video (bytes or a file), checked readable and opened at the crop's short side, by
+    segments; both steps stream a file, so its length costs no memory."""
     info = probe_video(payload)
-    return open_encoded(payload, (info.width, info.height), data.crop_size, data.decode_threads)
+    stored = (info.width, info.height)
+    return open_encoded(payload, stored, data.crop_size, data.decode_threads, by_segments=True)
 
 
 def video_views(payload: VideoSource, data: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:

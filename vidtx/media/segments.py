@@ -1,0 +1,238 @@
+"""A long video decoded a few groups of pictures at a time, so that its length costs no memory.
+
+decord's reader keeps the packets it has read past the point it started decoding from, about the rest
+of the encoded file, so a reader over an hour of video grows with the hour. Here decord only ever sees
+a small MP4: the packets of the groups of pictures (keyframe to keyframe) that hold the frames asked
+for, copied from the source without decoding (a remux) into memory. The frames are decord's own, pixel
+for pixel, at the same size; what is held is the packets of those groups and a table of two numbers
+per packet (its timestamp and whether it is a keyframe).
+
+Frame i is the i-th in presentation order, as decord counts. A frame that comes after its keyframe in
+decoding but is shown before it (an open group of pictures) also takes the group before. A segment
+whose frame count differs from its packets' (a container the remux does not carry over faithfully), or
+that decord cannot read, is answered by a reader over the whole video instead: more memory, the same
+frames.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+from vidtx.media.decode import (
+    DecordVideo,
+    Video,
+    VideoDecodeError,
+    VideoSource,
+    open_container,
+    open_video,
+)
+
+log = logging.getLogger(__name__)
+
+# A new segment runs on by whole groups to at least this many packets, so that the windows after the
+# one that asked for it find their frames in it too (the memory it costs is about as many frames).
+SEGMENT_PACKETS = 256
+
+
+@dataclass(frozen=True)
+class PacketTable:
+    """A video stream's packets in decoding order: what is needed to cut it between keyframes."""
+
+    pts: np.ndarray  # (N,) int64 presentation timestamps
+    keyframes: np.ndarray  # (G,) positions of the packets that start a group (0 always among them)
+    rotation: float  # the display rotation of the frames, degrees (copied to each segment)
+    fps: float
+
+    @functools.cached_property
+    def rank(self) -> np.ndarray:
+        """(N,) each packet's frame index: its place in presentation order."""
+        rank = np.empty(len(self.pts), dtype=np.int64)
+        rank[np.argsort(self.pts, kind="stable")] = np.arange(len(self.pts))
+        return rank
+
+    @functools.cached_property
+    def group(self) -> np.ndarray:
+        """(N,) the group each packet belongs to (an index into `keyframes`)."""
+        return np.searchsorted(self.keyframes, np.arange(len(self.pts)), side="right") - 1
+
+    @functools.cached_property
+    def leading(self) -> np.ndarray:
+        """(N,) packets shown before their group's keyframe (an open group): they need the group before."""
+        return self.pts < self.pts[self.keyframes[self.group]]
+
+    @functools.cached_property
+    def position(self) -> np.ndarray:
+        """(N,) each frame's packet: its place in decoding order."""
+        return np.argsort(self.rank)
+
+    @property
+    def num_frames(self) -> int:
+        return len(self.pts)
+
+    def groups_needed(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(F,) each frame's first and last group to decode: its own, and the one before for a
+        leading frame."""
+        positions = self.position[frames]
+        last = self.group[positions]
+        first = np.where(self.leading[positions] & (last > 0), last - 1, last)
+        return first, last
+
+    def span(self, first: int, last: int, min_packets: int) -> tuple[int, int]:
+        """Packets [start, stop) of groups `first` to `last`, run on by whole groups to at least
+        `min_packets` where the video goes on."""
+        bounds = np.append(self.keyframes, self.num_frames)  # (G + 1,) where each group starts
+        start = int(bounds[first])
+        end = max(last + 1, int(np.searchsorted(bounds, start + min_packets)))
+        return start, int(bounds[min(end, len(self.keyframes))])
+
+    def decodable(self, start: int, stop: int) -> np.ndarray:
+        """The frames packets [start, stop) decode to, in presentation order: all but the leading
+        frames of the first group, which the decoder drops for want of the group before."""
+        dropped = self.leading[start:stop] & (self.group[start:stop] == self.group[start])
+        return np.sort(self.rank[start:stop][~dropped])
+
+    def reopens(self, start: int, stop: int) -> bool:
+        """Whether a later group of packets [start, stop) has leading frames: decord, seeking to that
+        group's keyframe, would drop them, so such a segment is decoded in order instead."""
+        later = self.group[start:stop] > self.group[start]
+        return bool(np.any(self.leading[start:stop] & later))
+
+
+def packet_table(source: VideoSource) -> PacketTable:
+    """The packet table of a video's first video stream: one demux (no decoding but the first frame,
+    for its rotation). Raises VideoDecodeError."""
+    with open_container(source) as container:
+        stream = container.streams.video[0]
+        try:
+            packets = [(p.pts, p.is_keyframe) for p in container.demux(stream) if p.size]
+            if not packets or any(pts is None for pts, _ in packets):
+                raise VideoDecodeError("packets without timestamps: cannot be cut between keyframes")
+            container.seek(0, stream=stream)
+            first = next(container.decode(stream), None)
+        except av.FFmpegError as err:
+            raise VideoDecodeError(f"PyAV cannot read the packets ({err})") from err
+        rate = stream.average_rate or stream.guessed_rate
+    keys = np.array([key for _, key in packets], dtype=bool)
+    keys[0] = True  # a stream that does not start on a keyframe: its first packets are one group
+    return PacketTable(
+        pts=np.array([pts for pts, _ in packets], dtype=np.int64),
+        keyframes=np.flatnonzero(keys),
+        rotation=first.rotation if first is not None else 0.0,
+        fps=float(rate) if rate else 0.0,
+    )
+
+
+def remuxed(source: VideoSource, table: PacketTable, start: int, stop: int) -> bytes:
+    """Packets [start, stop) of the video stream, copied into a small MP4 (no decoding)."""
+    output = io.BytesIO()
+    with open_container(source) as container, av.open(output, "w", format="mp4") as segment:
+        stream = container.streams.video[0]
+        copy = segment.add_stream_from_template(stream)
+        if table.rotation:
+            copy.set_display_rotation(table.rotation)
+        container.seek(int(table.pts[start]), stream=stream, backward=True)  # a keyframe at or before
+        position = None
+        for packet in container.demux(stream):
+            if not packet.size:
+                continue
+            if position is None and packet.pts == table.pts[start]:
+                position = start
+            if position is None:
+                continue
+            packet.stream = copy
+            segment.mux(packet)
+            position += 1
+            if position == stop:
+                break
+        if position != stop:
+            raise VideoDecodeError(f"packets {start}-{stop} could not be read back after a seek")
+    return output.getvalue()
+
+
+class SegmentedVideo:
+    """decord's frames of a video, decoded from MP4s of the groups of pictures that hold them."""
+
+    def __init__(
+        self, source: VideoSource, *, width: int = -1, height: int = -1, num_threads: int = 1
+    ) -> None:
+        self._source, self._size, self._threads = source, (width, height), num_threads
+        self._table = packet_table(source)
+        self._whole: Video | None = None  # the reader over the whole video, once a segment fails
+        # the last segment read: windows come in order, so the next ones often lie in it again, and its
+        # reader goes on decoding forwards instead of from the keyframe
+        self._last: tuple[int, int, DecordVideo] | None = None
+        self.num_frames, self.fps = self._table.num_frames, self._table.fps
+
+    def frames(self, indices: Sequence[int]) -> np.ndarray:
+        wanted = np.asarray([int(i) for i in indices], dtype=np.int64)
+        if not len(wanted) or wanted.min() < 0 or wanted.max() >= self.num_frames:
+            raise VideoDecodeError(
+                f"frames {wanted[:3].tolist()} asked for: not within 0-{self.num_frames - 1}"
+            )
+        if self._whole is None:
+            try:
+                return self._from_segments(wanted)
+            except (VideoDecodeError, av.FFmpegError) as err:
+                log.info("decoding the whole video instead of its segments: %s", err)
+                size = self._size if self._size[0] > 0 else None
+                self._whole = open_video(self._source, size=size, num_threads=self._threads)
+        return self._whole.frames(wanted.tolist())
+
+    def _from_segments(self, wanted: np.ndarray) -> np.ndarray:
+        table = self._table
+        unique, inverse = np.unique(wanted, return_inverse=True)
+        first, last = table.groups_needed(unique)
+        frames: np.ndarray | None = None  # (distinct, H, W, 3), in the order of `unique`
+        pending = np.ones(len(unique), dtype=bool)
+        while pending.any():
+            earliest = int(np.flatnonzero(pending)[0])
+            start, stop, reader = self._segment(int(first[earliest]), int(last[earliest]))
+            held = pending & (first >= table.group[start]) & (last <= table.group[stop - 1])
+            shown = table.decodable(start, stop)  # what decord counts, in presentation order
+            local = np.searchsorted(shown, unique[held])
+            if table.reopens(start, stop):  # in order, from the keyframe of the earliest group needed
+                begin = int(np.searchsorted(shown, table.rank[table.keyframes[first[held].min()]]))
+                decoded = reader.frames(range(begin, local[-1] + 1))[local - begin]
+            else:
+                decoded = reader.frames(local.tolist())
+            if frames is None:
+                frames = np.empty((len(unique), *decoded.shape[1:]), dtype=decoded.dtype)
+            frames[held], pending[held] = decoded, False
+        assert frames is not None, "frames are asked for"
+        return frames[inverse]
+
+    def _segment(self, first: int, last: int) -> tuple[int, int, DecordVideo]:
+        """decord's reader of a segment holding groups `first` to `last`: the last one read if it
+        does, else one over a new segment of them that runs on to `SEGMENT_PACKETS`."""
+        if self._last is not None:
+            start, stop, _ = self._last
+            if self._table.group[start] <= first and last <= self._table.group[stop - 1]:
+                return self._last
+        start, stop = self._table.span(first, last, SEGMENT_PACKETS)
+        width, height = self._size
+        encoded = remuxed(self._source, self._table, start, stop)
+        reader = DecordVideo(encoded, width=width, height=height, num_threads=self._threads)
+        if reader.num_frames != stop - start:
+            raise VideoDecodeError(f"a segment of {stop - start} packets reads as {reader.num_frames} frames")
+        self._last = (start, stop, reader)
+        return self._last
+
+
+def open_segmented(
+    source: VideoSource, *, size: tuple[int, int] | None = None, num_threads: int = 1
+) -> Video:
+    """A video decoded segment by segment at `size` (width, height); one whose packets cannot be cut
+    (no timestamps) is read whole (`open_video`)."""
+    width, height = size or (-1, -1)
+    try:
+        return SegmentedVideo(source, width=width, height=height, num_threads=num_threads)
+    except VideoDecodeError as err:
+        log.info("decoding the whole video: %s", err)
+        return open_video(source, size=size, num_threads=num_threads)
