@@ -30,7 +30,7 @@ import webdataset as wds
 from vidtx.cache import shard_cache
 from vidtx.clips.views import test_views
 from vidtx.config import DataConfig
-from vidtx.data.labels import label_target
+from vidtx.data.labels import label_target, stacked_labels
 from vidtx.data.mixing import relabelled
 from vidtx.data.samples import SAMPLE_ERRORS, open_sample, sample_name
 from vidtx.data.shares import EvalSamples
@@ -70,9 +70,7 @@ def _eval_views(
 
 def _collate_eval(batch: list[tuple[torch.Tensor, int | torch.Tensor, str]]) -> EvalBatch:
     views, labels, keys = zip(*batch, strict=True)
-    if isinstance(labels[0], torch.Tensor):
-        return torch.stack(views), torch.stack(labels), list(keys)  # labels float32 (B, K)
-    return torch.stack(views), torch.tensor(labels, dtype=torch.int64), list(keys)  # labels (B,)
+    return torch.stack(views), stacked_labels(labels), list(keys)
 
 
 def build_eval_loader(

@@ -48,3 +48,10 @@ def label_target(
             "set model.task=multi_label to train and evaluate on label sets"
         )
     return ids[0]
+
+
+def stacked_labels(targets: Sequence[int | torch.Tensor]) -> torch.Tensor:
+    """A batch's targets (`label_target`'s) as one tensor: int64 ids (B,), or float32 multi-hot (B, K)."""
+    if isinstance(targets[0], torch.Tensor):
+        return torch.stack(list(targets))  # type: ignore[arg-type]
+    return torch.tensor(targets, dtype=torch.int64)

@@ -40,7 +40,7 @@ from vidtx.clips.sampling import FrameSampler
 from vidtx.clips.views import frames_at
 from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import fetch_settings
-from vidtx.data.labels import label_target
+from vidtx.data.labels import label_target, stacked_labels
 from vidtx.data.mixing import TrainingData, TrainingSource, training_data
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.read_ahead import Opened, Pending, open_pending, read_ahead
@@ -127,11 +127,7 @@ def _train_clips(
 def _collate_train(batch: list[TrainClip]) -> tuple[TrainBatch, TrainClip]:
     """The batch, and its last clip's place (where its worker's stream stands after it)."""
     clips = torch.stack([item.clip for item in batch])
-    labels = (
-        torch.stack([item.label for item in batch])  # float32 (B, K)
-        if isinstance(batch[0].label, torch.Tensor)
-        else torch.tensor([item.label for item in batch], dtype=torch.int64)  # (B,)
-    )
+    labels = stacked_labels([item.label for item in batch])
     return TrainBatch(clips, labels, [item.key for item in batch]), batch[-1]._replace(clip=torch.empty(0))
 
 

@@ -57,9 +57,10 @@ class Classification:
     def __init__(self, config: PipelineConfig, data: TrainingData) -> None:
         self.config, self.num_classes = config, len(data.class_names)
         self.mix = BatchMix.from_config(config.train)
-        frequencies = torch.from_numpy(data.class_frequencies()).float()
         self.class_weights = (
-            balanced_class_weights(frequencies) if config.train.class_weights == "balanced" else None
+            balanced_class_weights(torch.from_numpy(data.class_frequencies()).float())
+            if config.train.class_weights == "balanced"
+            else None
         )
 
     def model(self) -> nn.Module:
