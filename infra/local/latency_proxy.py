@@ -11,13 +11,19 @@ bucket's latency (every request here waits the same); and the S3 server behind i
 request rate with its own CPU (about 75 requests/s on this machine), so measure with reads large
 enough that the request rate is not the limit.
 
-`python -m infra.local.latency_proxy LISTEN_PORT UPSTREAM_PORT DELAY_MS` runs one in the foreground.
+With `stall_after`, the first answered request whose request line holds that text
+(`.stats.json?uploadId=`: the request that completes a shard's marker) is the last: every later one waits for ever, as on a lost network, so that
+a test stops a job part-way at a point of its choosing rather than racing it.
+
+`python -m infra.local.latency_proxy LISTEN_PORT UPSTREAM_PORT DELAY_MS [STALL_AFTER]` runs one in the
+foreground.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,14 +31,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from infra.local.processes import wait_for_port
 
 CHUNK = 1 << 18
+REQUEST_LINE = re.compile(rb"[A-Z]+ \S+ HTTP/1\.[01]\r\n")
 
 
 async def _pipe(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, before: Callable[[], Awaitable[None]]
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, before: Callable[[bytes], Awaitable[None]]
 ) -> None:
     try:
         while data := await reader.read(CHUNK):
-            await before()
+            await before(data)
             writer.write(data)
             await writer.drain()
     except ConnectionError:
@@ -41,20 +48,29 @@ async def _pipe(
         writer.close()
 
 
-async def _serve(listen_port: int, upstream_port: int, delay: float) -> None:
+async def _serve(listen_port: int, upstream_port: int, delay: float, stall_after: bytes | None) -> None:
+    stalled = asyncio.Event()  # set once the request named by `stall_after` has been answered
+
     async def connection(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", upstream_port)
         awaiting_request = True  # the next bytes from the client begin a request
+        last_request = False  # the request being answered is the one `stall_after` names
 
-        async def request_bytes() -> None:
-            nonlocal awaiting_request
+        async def request_bytes(data: bytes) -> None:
+            nonlocal awaiting_request, last_request
             if awaiting_request:
                 awaiting_request = False
+                if stalled.is_set():
+                    await asyncio.Future()  # never: the network is gone
+                if REQUEST_LINE.match(data):  # not the body that a "100 Continue" let come
+                    last_request = stall_after is not None and stall_after in data.split(b"\r\n", 1)[0]
                 await asyncio.sleep(delay)
 
-        async def response_bytes() -> None:
+        async def response_bytes(data: bytes) -> None:
             nonlocal awaiting_request
             awaiting_request = True
+            if last_request and not data.startswith(b"HTTP/1.1 100 "):  # its answer, not "go on"
+                stalled.set()
 
         await asyncio.gather(
             _pipe(client_reader, upstream_writer, request_bytes),
@@ -67,19 +83,13 @@ async def _serve(listen_port: int, upstream_port: int, delay: float) -> None:
 
 
 @contextlib.contextmanager
-def latency_proxy(listen_port: int, upstream_port: int, delay_ms: float) -> Iterator[str]:
+def latency_proxy(
+    listen_port: int, upstream_port: int, delay_ms: float, stall_after: str | None = None
+) -> Iterator[str]:
     """The proxy on 127.0.0.1:`listen_port` for the block, in a process of its own (its CPU is not
     the measured process's); yields its endpoint URL."""
-    proxy = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "infra.local.latency_proxy",
-            str(listen_port),
-            str(upstream_port),
-            str(delay_ms),
-        ]
-    )
+    command = [sys.executable, "-m", "infra.local.latency_proxy", str(listen_port), str(upstream_port)]
+    proxy = subprocess.Popen([*command, str(delay_ms), *([stall_after] if stall_after else [])])
     try:
         wait_for_port(listen_port, proxy, "the latency proxy", timeout=30)
         yield f"http://127.0.0.1:{listen_port}"
@@ -90,5 +100,6 @@ def latency_proxy(listen_port: int, upstream_port: int, delay_ms: float) -> Iter
 
 if __name__ == "__main__":
     listen, upstream, delay_ms = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    stall = sys.argv[4].encode() if len(sys.argv) > 4 else None
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(listen, upstream, delay_ms / 1000))
+        asyncio.run(_serve(listen, upstream, delay_ms / 1000, stall))
