@@ -1,11 +1,11 @@
 """A long video decoded a few groups of pictures at a time, so that its length costs no memory.
 
-decord's reader keeps the packets it has read past the point it started decoding from, about the rest
-of the encoded file, so a reader over an hour of video grows with the hour. Here decord only ever sees
-a small MP4: the packets of the groups of pictures (keyframe to keyframe) that hold the frames asked
-for, copied from the source without decoding (a remux) into memory. The frames are decord's own, pixel
-for pixel, at the same size; what is held is the packets of those groups and a table of two numbers
-per packet (its timestamp and whether it is a keyframe).
+decord's reader over a whole file holds about the encoded video from its opening, so a reader over an
+hour of video grows with the hour (`benchmarks/long_videos.py`). Here decord only ever sees a small
+MP4: the packets of the groups of pictures (keyframe to keyframe) that hold the frames asked for,
+copied from the source without decoding (a remux) into memory. The frames are decord's own, pixel for
+pixel, at the same size; what is held is one segment and a table of a few numbers per packet (its
+timestamp, whether it is a keyframe, and what follows from those).
 
 Frame i is the i-th in presentation order, as decord counts. A frame that comes after its keyframe in
 decoding but is shown before it (an open group of pictures) also takes the group before. A segment
