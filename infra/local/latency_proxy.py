@@ -12,8 +12,9 @@ request rate with its own CPU (about 75 requests/s on this machine), so measure 
 enough that the request rate is not the limit.
 
 With `stall_after`, the first answered request whose request line holds that text
-(`.stats.json?uploadId=`: the request that completes a shard's marker) is the last: every later one waits for ever, as on a lost network, so that
-a test stops a job part-way at a point of its choosing rather than racing it.
+(`.stats.json?uploadId=`: the request that completes a shard's marker) is the last: every later one
+waits for ever, as on a lost network, so that a test stops a job part-way at a point of its choosing
+rather than racing it.
 
 `python -m infra.local.latency_proxy LISTEN_PORT UPSTREAM_PORT DELAY_MS [STALL_AFTER]` runs one in the
 foreground.

@@ -51,10 +51,15 @@ class PacketTable:
     fps: float
 
     @functools.cached_property
+    def position(self) -> np.ndarray:
+        """(N,) each frame's packet: its place in decoding order."""
+        return np.argsort(self.pts, kind="stable")
+
+    @functools.cached_property
     def rank(self) -> np.ndarray:
-        """(N,) each packet's frame index: its place in presentation order."""
+        """(N,) each packet's frame index: its place in presentation order (`position` inverted)."""
         rank = np.empty(len(self.pts), dtype=np.int64)
-        rank[np.argsort(self.pts, kind="stable")] = np.arange(len(self.pts))
+        rank[self.position] = np.arange(len(self.pts))
         return rank
 
     @functools.cached_property
@@ -66,11 +71,6 @@ class PacketTable:
     def leading(self) -> np.ndarray:
         """(N,) packets shown before their group's keyframe (an open group): they need the group before."""
         return self.pts < self.pts[self.keyframes[self.group]]
-
-    @functools.cached_property
-    def position(self) -> np.ndarray:
-        """(N,) each frame's packet: its place in decoding order."""
-        return np.argsort(self.rank)
 
     @property
     def num_frames(self) -> int:
