@@ -140,9 +140,12 @@ def sweep_process(command: list[str], log: Path, **env: str) -> Iterator[subproc
         try:
             yield process
         except BaseException:
-            for child in [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]:
+            if process.poll() is None:  # (one that ended was reaped: its error is the block's to tell)
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    child.kill()
+                    driver = psutil.Process(process.pid)
+                    for member in [*driver.children(recursive=True), driver]:
+                        with contextlib.suppress(psutil.NoSuchProcess):
+                            member.kill()
             raise
 
 

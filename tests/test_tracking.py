@@ -88,6 +88,8 @@ def test_experiments_are_marked_as_model_training_so_the_ui_opens_on_their_runs(
 
 
 def test_rank_zero_metrics_do_not_log_a_step_twice_nor_end_the_run(tracking_uri: str) -> None:
+    """Nor write its status: a sweep's driver ends a stopped trial's run KILLED while the trial's
+    workers shut down, and their close came after it (the run was RUNNING again)."""
     client = connect(tracking_uri)
     run_id = start_or_resume_run(client, PipelineConfig(), "r")
     environment = os.environ.get("MLFLOW_TRACKING_URI")
@@ -100,7 +102,10 @@ def test_rank_zero_metrics_do_not_log_a_step_twice_nor_end_the_run(tracking_uri:
     resumed = RankZeroMetrics(0, tracking_uri, run_id)  # restarted from a checkpoint at step 20
     for step in (30, 40):
         resumed.log({STEP_METRIC: -1.0 * step}, step)
+    client.set_terminated(run_id, "KILLED")  # by the driver, before the workers shut down
+    resumed.log({"val/loss": 1.0}, 40)
     resumed.close()
+    assert client.get_run(run_id).info.status == "KILLED"
     history = {point.step: point.value for point in client.get_metric_history(run_id, STEP_METRIC)}
     assert history == {10: 10.0, 20: 20.0, 30: 30.0, 40: -40.0}
     assert RankZeroMetrics(1, tracking_uri, run_id).enabled is False
