@@ -58,6 +58,7 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     assert trained_eval.metrics()["top1"] > 0.25
 
     mlflow_environment = {name: value for name, value in os.environ.items() if name.startswith("MLFLOW_")}
+    training = client.get_run(result.mlflow_run_id).info
     # a model at chance is registered, but is no challenger (nor, as the first version, champion)
     at_chance = register(worse, config, worse_eval, client=client, run_id=result.mlflow_run_id)
     assert (at_chance.version, at_chance.promoted, at_chance.aliases) == ("1", False, [])
@@ -86,6 +87,10 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     incomparable = register(trained, config, other_split, client=client, run_id=result.mlflow_run_id)
     assert not incomparable.promoted
     assert "not comparable" in incomparable.reason
+
+    # logging models into the training's run leaves how and when it ended as they were
+    after = client.get_run(result.mlflow_run_id).info
+    assert (after.status, after.end_time) == (training.status, training.end_time)
 
     version = client.get_model_version("aliases-test", "2")
     assert "vidtx.metric.top1" in version.tags

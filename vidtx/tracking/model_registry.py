@@ -30,7 +30,7 @@ from vidtx.results import EvalResult, ModelVersionInfo, MultiLabelMetrics
 from vidtx.serving.packaging import log_video_model, read_video_model
 from vidtx.serving.video_model import ServedVideoModel
 from vidtx.tracking.lineage import MANIFEST_HASH_TAG, OBJECTIVE_TAG
-from vidtx.tracking.runs import mlflow_uris, sqlite_file
+from vidtx.tracking.runs import logging_into, mlflow_uris, sqlite_file
 
 logger = logging.getLogger(__name__)
 
@@ -159,13 +159,12 @@ def register(
         SPLIT_TAG: split_tag,
         "vidtx.gflops_per_view": f"{flops.gflops:.3f}",
     }
-    with mlflow_uris(client.tracking_uri):
-        with mlflow.start_run(run_id=run_id):
-            card_file = {CARD_FILE: f"# {registry.model_name}\n\n{card}"}
-            # the logged model is named as the registered one
-            info = log_video_model(model, config, result.class_names, registry.model_name, card_file)
-        with _without_mlflow_prints():
-            version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
+    with logging_into(client, run_id):
+        card_file = {CARD_FILE: f"# {registry.model_name}\n\n{card}"}
+        # the logged model is named as the registered one
+        info = log_video_model(model, config, result.class_names, registry.model_name, card_file)
+    with mlflow_uris(client.tracking_uri), _without_mlflow_prints():
+        version = mlflow.register_model(info.model_uri, registry.model_name, tags=tags).version
     # the registry's pages show a description as it is written: the card without code marks
     client.update_model_version(registry.model_name, version, description=card.replace("`", ""))
     below_floor = _below_floor(registry, result)
@@ -205,13 +204,12 @@ def register_encoder(
     tags = {OBJECTIVE_TAG: "masked_autoencoding"} | {
         tag: run.data.tags[tag] for tag in (MANIFEST_HASH_TAG,) if tag in run.data.tags
     }
-    with mlflow_uris(client.tracking_uri):
-        with mlflow.start_run(run_id=run_id):
-            info = log_video_model(
-                encoder, config, None, pretrain.model_name, {CARD_FILE: f"# {pretrain.model_name}\n\n{card}"}
-            )
-        with _without_mlflow_prints():
-            version = mlflow.register_model(info.model_uri, pretrain.model_name, tags=tags).version
+    with logging_into(client, run_id):
+        info = log_video_model(
+            encoder, config, None, pretrain.model_name, {CARD_FILE: f"# {pretrain.model_name}\n\n{card}"}
+        )
+    with mlflow_uris(client.tracking_uri), _without_mlflow_prints():
+        version = mlflow.register_model(info.model_uri, pretrain.model_name, tags=tags).version
     client.update_model_version(pretrain.model_name, version, description=card)
     client.set_registered_model_alias(pretrain.model_name, pretrain.alias, version)
     reason = f"the newest pretraining gets alias {pretrain.alias}"

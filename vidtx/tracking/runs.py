@@ -87,6 +87,20 @@ def mlflow_uris(uri: str) -> Iterator[None]:
                 os.environ[name] = value
 
 
+@contextlib.contextmanager
+def logging_into(client: MlflowClient, run_id: str) -> Iterator[None]:
+    """Run `run_id` active in MLflow's fluent API (its `log_model` takes no run id), with the status
+    and end time it had: a fluent run is set RUNNING and ended FINISHED, which made a stopped training
+    (KILLED) a finished one, and moved its end to when its model was registered."""
+    before = client.get_run(run_id).info
+    try:
+        with mlflow_uris(client.tracking_uri), mlflow.start_run(run_id=run_id):
+            yield
+    finally:
+        if before.end_time is not None:
+            client.set_terminated(run_id, before.status, end_time=before.end_time)
+
+
 def connect(tracking_uri: str) -> MlflowClient:
     """A client for `tracking_uri`, checked with one cheap query so failures surface before compute."""
     if (database := sqlite_file(tracking_uri)) is not None:
