@@ -11,11 +11,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import webdataset as wds
 from media import encode, moving_frames
 
+from vidtx.config import ShardConfig
+from vidtx.data.samples import open_sample
 from vidtx.media.decode import DecordVideo, FallbackVideo, PyAVVideo, VideoDecodeError
 from vidtx.media.encode import encode_mp4
 from vidtx.media.segments import SegmentedVideo, open_segmented, packet_table
+from vidtx.stages.shard import shard_dataset
 
 SIZES = [None, (40, 30)]  # stored; scaled by the decoder
 # sparse, repeated, unsorted, a window across a group boundary, the first and the last frame
@@ -71,6 +75,37 @@ def test_open_groups_decode_with_the_group_before(container: str, codec: str, op
     video = segmented(data, None)
     for indices in [*INDICES, [19, 21, 39, 41, 59, 61]]:
         np.testing.assert_array_equal(video.frames(indices), reference[indices])
+
+
+def test_a_shards_copied_video_with_open_groups_gives_the_frames_of_a_decoding_in_order(
+    tmp_path: Path,
+) -> None:
+    """Copied into a shard (no re-encode), a video with open groups of pictures is marked so in its
+    json, and training and evaluation (`open_sample`) read its clips by segments: the frames of a
+    decoding in order, where decord's reader would drop leading frames after a seek. A closed one is
+    read by decord's reader as before."""
+    videos = {
+        name: encode(moving_frames(100, 64, 48), container, codec, fps=10, options=options)
+        for name, (container, codec, options) in [
+            ("open.mp4", OPEN_GROUPS["x264 open-gop"]),
+            ("open.avi", OPEN_GROUPS["MPEG-4 in AVI"]),
+        ]
+    } | {"closed.mp4": encode_mp4(moving_frames(100, 64, 48), fps=10, keyframe_interval=20)}
+    for name, data in videos.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "list.csv").write_text("path,label\n" + "".join(f"{name},a\n" for name in videos))
+    shard_dataset(ShardConfig(source=tmp_path / "list.csv", output=tmp_path / "shards", processes=1))
+
+    samples = list(wds.WebDataset(str(tmp_path / "shards/train-000000.tar"), shardshuffle=False))
+    assert len(samples) == 3
+    for sample in samples:
+        meta = json.loads(sample["json"])
+        assert meta["open_gop"] is meta["source"].startswith("open"), meta
+        video, _ = open_sample(sample, short_side=48, num_threads=1)
+        assert isinstance(video, SegmentedVideo) is meta["open_gop"]
+        reference = sequential(videos[meta["source"]], None)
+        for indices in [*INDICES, [19, 21, 39, 41, 59, 61]]:
+            np.testing.assert_array_equal(video.frames(indices), reference[indices])
 
 
 @pytest.mark.parametrize("rotation", [90, 180])

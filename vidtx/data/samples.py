@@ -38,4 +38,8 @@ def open_sample(
     data = next((sample[ext[1:]] for ext in VIDEO_EXTENSIONS if ext[1:] in sample), None)
     if data is None:
         raise VideoDecodeError(f"no video member among {sorted(k for k in sample if not k.startswith('_'))}")
-    return open_encoded(data, stored, short_side, num_threads), meta
+    # a video with open groups of pictures (copied from its source: a re-encode closes them) is read
+    # by segments, which decode a group's leading frames with the group before; decord's own random
+    # access returns wrong frames there
+    by_segments = meta.get("open_gop", False)
+    return open_encoded(data, stored, short_side, num_threads, by_segments=by_segments), meta

@@ -35,6 +35,9 @@ class VideoInfo:
     fps: float
     width: int
     height: int
+    # frames shown before their group's keyframe in a group after the first (an open group of
+    # pictures): decord's random access drops them after a seek and counts the rest from there
+    open_gop: bool = False
 
     @property
     def duration(self) -> float:
@@ -225,6 +228,8 @@ class _Demuxed:
 
     num_packets: int = 0
     last_key: av.Packet | None = None  # the latest keyframe's packet (the first packet without one)
+    groups: int = 0  # keyframes seen (a first packet without one counts as one)
+    open_gop: bool = False  # a packet after a later group's keyframe in decoding, before it in time
     first: av.VideoFrame | None = None
     undecodable: av.FFmpegError | None = None  # why the first frame did not decode
 
@@ -239,7 +244,9 @@ def _demux(container: av.container.InputContainer, stream: av.video.stream.Video
             continue  # the demuxer's flush packet at the end
         seen.num_packets += 1
         if packet.is_keyframe or seen.last_key is None:
-            seen.last_key = packet
+            seen.last_key, seen.groups = packet, seen.groups + 1
+        elif seen.groups > 1 and None not in (packet.pts, seen.last_key.pts):
+            seen.open_gop |= packet.pts < seen.last_key.pts
         if seen.first is None and seen.undecodable is None:
             try:
                 seen.first = next(iter(decoder.decode(packet)), None)
@@ -255,7 +262,7 @@ def probe_video(source: VideoSource) -> VideoInfo:
     same answer. Costs a demux and two decoded frames, where decoding the last frame could cost a
     whole group of pictures (up to the whole video), and streams: it holds one packet and one frame,
     however long the video. The size is the upright one (display matrix applied), as the decoders
-    return frames."""
+    return frames; the packets' timestamps tell whether groups of pictures are open."""
     with open_container(source) as container:
         stream = _video_stream(container)
         stream.thread_count = 1
@@ -280,5 +287,9 @@ def probe_video(source: VideoSource) -> VideoInfo:
             (first.height, first.width) if quarter_turns(first) % 2 else (first.width, first.height)
         )
         return VideoInfo(
-            num_frames=seen.num_packets, fps=float(rate) if rate else 0.0, width=width, height=height
+            num_frames=seen.num_packets,
+            fps=float(rate) if rate else 0.0,
+            width=width,
+            height=height,
+            open_gop=seen.open_gop,
         )

@@ -127,6 +127,7 @@ def _sample(
         "width": info.width,
         "height": info.height,
         "reencoded": cfg.reencode is not None,
+        "open_gop": info.open_gop,  # its clips are decoded by segments (`vidtx.data.samples`)
         "store": cfg.store,
         **video.extra,
     }
