@@ -43,7 +43,8 @@ from pathlib import Path
 from vidtx.clips.sampling import FrameSampler
 from vidtx.clips.windows import plan_windows
 from vidtx.config import load_config
-from vidtx.media.decode import DecordVideo, probe_video, scaled_size
+from vidtx.media.decode import DecordVideo, scaled_size
+from vidtx.media.probe import probe_video
 from vidtx.media.segments import SegmentedVideo
 from vidtx.processes import peak_rss_mb
 path, way = Path(sys.argv[1]), sys.argv[2]

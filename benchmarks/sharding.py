@@ -4,7 +4,7 @@ The dataset is the one the earlier measurement used: synthetic 10-s 640x360 30-f
 x264's default 250-frame GOP (`benchmarks.videos`), each written several times. `vidtx shard` of it
 into each store with one process (plan, a probing child per shard, the tar, its sha256, the
 manifest) is timed against `tarfile` adding the same files to one tar, interleaved. Where the time
-goes: the probe of every video on its own (`vidtx.media.decode.probe_video`, in this process), and
+goes: the probe of every video on its own (`vidtx.media.probe.probe_video`, in this process), and
 the fixed start-up of a sharding job (one video).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import interleaved
 from benchmarks.videos import STORES, shard_store, tar_copy, write_busy_videos, write_copies
-from vidtx.media.decode import probe_video
+from vidtx.media.probe import probe_video
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,8 @@ from media import SHARDED, VFR_PTS_MS, VIDEO_CASES, case_bytes, encode, good, mo
 
 from vidtx.config import ReencodeConfig, ShardConfig
 from vidtx.manifest import load_manifest
-from vidtx.media.decode import VideoDecodeError, probe_video
+from vidtx.media.decode import VideoDecodeError
+from vidtx.media.probe import probe_video
 from vidtx.shard.prepare import RejectedVideoError, VideoPreparer
 from vidtx.stages.shard import shard_dataset
 

@@ -21,9 +21,9 @@ from vidtx.media.decode import (
     PyAVVideo,
     VideoDecodeError,
     open_video,
-    probe_video,
     scaled_size,
 )
+from vidtx.media.probe import probe_video
 from vidtx.media.resize import resize_frames
 
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
@@ -69,7 +69,8 @@ def test_a_file_decodes_as_its_bytes_do(
 OPEN_A_FILE = """
 import sys
 from pathlib import Path
-from vidtx.media.decode import open_video, probe_video
+from vidtx.media.decode import open_video
+from vidtx.media.probe import probe_video
 from vidtx.processes import peak_rss_mb
 before, path = peak_rss_mb(), Path(sys.argv[1])
 info = probe_video(path)

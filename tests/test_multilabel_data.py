@@ -213,6 +213,7 @@ def test_single_label_shards_keep_their_samples_and_old_manifests_load(tmp_path:
             "key",
             "label",
             "label_name",
+            "open_gop",
             "reencoded",
             "source",
             "store",

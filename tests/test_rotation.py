@@ -13,9 +13,10 @@ import simplejpeg
 from media import encode, moving_frames
 
 from vidtx.config import ReencodeConfig
-from vidtx.media.decode import DecordVideo, PyAVVideo, probe_video
+from vidtx.media.decode import DecordVideo, PyAVVideo
 from vidtx.media.encode import reencode
 from vidtx.media.jpeg import video_to_frames
+from vidtx.media.probe import probe_video
 
 WIDTH, HEIGHT = 64, 32  # stored size: wide, so a quarter turn shows it tall
 

@@ -15,7 +15,8 @@ from vidtx.clips.crops import EvalTransform
 from vidtx.clips.normalize import normalize_clips
 from vidtx.clips.sampling import FrameSampler
 from vidtx.config import DataConfig
-from vidtx.media.decode import Video, VideoSource, open_video, probe_video, scaled_size
+from vidtx.media.decode import Video, VideoSource, open_video, scaled_size
+from vidtx.media.probe import probe_video
 from vidtx.media.segments import open_segmented
 
 

@@ -8,7 +8,9 @@ pixel, at the same size; what is held is one segment and a table of a few number
 timestamp, whether it is a keyframe, and what follows from those).
 
 Frame i is the i-th in presentation order, as decord counts. A frame that comes after its keyframe in
-decoding but is shown before it (an open group of pictures) also takes the group before. A segment
+decoding but is shown before it (an open group of pictures) also takes the group before, and a segment
+with such a group after its first is read in order from its first frame: decord, seeking to a keyframe,
+drops the leading frames of its group and miscounts the rest (whole file or segment alike). A segment
 whose frame count differs from its packets' (a container the remux does not carry over faithfully), or
 that decord cannot read, is answered by a reader over the whole video instead: more memory, the same
 frames.
@@ -16,9 +18,11 @@ frames.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -84,13 +88,23 @@ class PacketTable:
         first = np.where(self.leading[positions] & (last > 0), last - 1, last)
         return first, last
 
+    @functools.cached_property
+    def bounds(self) -> np.ndarray:
+        """(G + 1,) the packet each group starts at, then the packet count."""
+        return np.append(self.keyframes, self.num_frames)
+
     def span(self, first: int, last: int, min_packets: int) -> tuple[int, int]:
         """Packets [start, stop) of groups `first` to `last`, run on by whole groups to at least
         `min_packets` where the video goes on."""
-        bounds = np.append(self.keyframes, self.num_frames)  # (G + 1,) where each group starts
-        start = int(bounds[first])
-        end = max(last + 1, int(np.searchsorted(bounds, start + min_packets)))
-        return start, int(bounds[min(end, len(self.keyframes))])
+        start = int(self.bounds[first])
+        end = max(last + 1, int(np.searchsorted(self.bounds, start + min_packets)))
+        return start, int(self.bounds[min(end, len(self.keyframes))])
+
+    def reach(self, first: int, last: int, lasts: np.ndarray, max_packets: int) -> int:
+        """The furthest of groups `last` and `lasts` that a segment from group `first` reaches with at
+        most `max_packets` packets (`last` whatever it takes)."""
+        fits = lasts[self.bounds[lasts + 1] - self.bounds[first] <= max_packets]
+        return max(last, int(fits.max())) if fits.size else last
 
     def decodable(self, start: int, stop: int) -> np.ndarray:
         """The frames packets [start, stop) decode to, in presentation order: all but the leading
@@ -106,19 +120,24 @@ class PacketTable:
 
 
 def packet_table(source: VideoSource) -> PacketTable:
-    """The packet table of a video's first video stream: one demux (no decoding but the first frame,
-    for its rotation). Raises VideoDecodeError."""
+    """The packet table of a video's first video stream. Raises VideoDecodeError."""
     with open_container(source) as container:
-        stream = container.streams.video[0]
-        try:
-            packets = [(p.pts, p.is_keyframe) for p in container.demux(stream) if p.size]
-            if not packets or any(pts is None for pts, _ in packets):
-                raise VideoDecodeError("packets without timestamps: cannot be cut between keyframes")
-            container.seek(0, stream=stream)
-            first = next(container.decode(stream), None)
-        except av.FFmpegError as err:
-            raise VideoDecodeError(f"PyAV cannot read the packets ({err})") from err
-        rate = stream.average_rate or stream.guessed_rate
+        return table_of(container)
+
+
+def table_of(container: av.container.InputContainer) -> PacketTable:
+    """The packet table of an open video's first video stream: one demux (no decoding but the first
+    frame, for its rotation). Raises VideoDecodeError."""
+    stream = container.streams.video[0]
+    try:
+        packets = [(p.pts, p.is_keyframe) for p in container.demux(stream) if p.size]
+        if not packets or any(pts is None for pts, _ in packets):
+            raise VideoDecodeError("packets without timestamps: cannot be cut between keyframes")
+        container.seek(0, stream=stream)
+        first = next(container.decode(stream), None)
+    except av.FFmpegError as err:
+        raise VideoDecodeError(f"PyAV cannot read the packets ({err})") from err
+    rate = stream.average_rate or stream.guessed_rate
     keys = np.array([key for _, key in packets], dtype=bool)
     keys[0] = True  # a stream that does not start on a keyframe: its first packets are one group
     return PacketTable(
@@ -129,10 +148,10 @@ def packet_table(source: VideoSource) -> PacketTable:
     )
 
 
-def remuxed(source: VideoSource, table: PacketTable, start: int, stop: int) -> bytes:
-    """Packets [start, stop) of the video stream, copied into a small MP4 (no decoding)."""
+def remuxed(container: av.container.InputContainer, table: PacketTable, start: int, stop: int) -> bytes:
+    """Packets [start, stop) of an open video's stream, copied into a small MP4 (no decoding)."""
     output = io.BytesIO()
-    with open_container(source) as container, av.open(output, "w", format="mp4") as segment:
+    with av.open(output, "w", format="mp4") as segment:
         stream = container.streams.video[0]
         copy = segment.add_stream_from_template(stream)
         if table.rotation:
@@ -163,7 +182,12 @@ class SegmentedVideo:
         self, source: VideoSource, *, width: int = -1, height: int = -1, num_threads: int = 1
     ) -> None:
         self._source, self._size, self._threads = source, (width, height), num_threads
-        self._table = packet_table(source)
+        # the video stays open for its segments: opened again for each, an object in a bucket had its
+        # header and index read again each time (4.3x the object's bytes over a video, against 2.1x)
+        opened = contextlib.ExitStack()
+        self._container = opened.enter_context(open_container(source))
+        weakref.finalize(self, opened.close)
+        self._table = table_of(self._container)
         self._whole: Video | None = None  # the reader over the whole video, once a segment fails
         # the last segment read: windows come in order, so the next ones often lie in it again, and its
         # reader goes on decoding forwards instead of from the keyframe
@@ -193,13 +217,14 @@ class SegmentedVideo:
         pending = np.ones(len(unique), dtype=bool)
         while pending.any():
             earliest = int(np.flatnonzero(pending)[0])
-            start, stop, reader = self._segment(int(first[earliest]), int(last[earliest]))
+            start, stop, reader, in_order = self._segment(
+                int(first[earliest]), int(last[earliest]), last[pending]
+            )
             held = pending & (first >= table.group[start]) & (last <= table.group[stop - 1])
-            shown = table.decodable(start, stop)  # what decord counts, in presentation order
-            local = np.searchsorted(shown, unique[held])
-            if table.reopens(start, stop):  # in order, from the keyframe of the earliest group needed
-                begin = int(np.searchsorted(shown, table.rank[table.keyframes[first[held].min()]]))
-                decoded = reader.frames(range(begin, local[-1] + 1))[local - begin]
+            # (what decord counts: the segment's frames in presentation order)
+            local = np.searchsorted(table.decodable(start, stop), unique[held])
+            if in_order:
+                decoded = reader.frames(range(local[-1] + 1))[local]
             else:
                 decoded = reader.frames(local.tolist())
             if frames is None:
@@ -208,21 +233,34 @@ class SegmentedVideo:
         assert frames is not None, "frames are asked for"
         return frames[inverse]
 
-    def _segment(self, first: int, last: int) -> tuple[int, int, DecordVideo]:
-        """decord's reader of a segment holding groups `first` to `last`: the last one read if it
-        does, else one over a new segment of them that runs on to `SEGMENT_PACKETS`."""
+    def _segment(self, first: int, last: int, lasts: np.ndarray) -> tuple[int, int, DecordVideo, bool]:
+        """decord's reader of a segment holding groups `first` to `last` (packets [start, stop)), and
+        whether its frames must be read in order from its first. Of closed groups: the last one read if
+        it holds them, else a new one running on to `SEGMENT_PACKETS`, kept for the next windows. Where
+        a later group of it is open, decord seeking to that group's keyframe would drop and miscount
+        the group's leading frames: such a segment reaches as far among the groups `lasts` (the frames
+        still wanted) as `SEGMENT_PACKETS` allows, is read from its first frame by a reader of its own,
+        and is not kept."""
+        table = self._table
         if self._last is not None:
-            start, stop, _ = self._last
-            if self._table.group[start] <= first and last <= self._table.group[stop - 1]:
-                return self._last
-        start, stop = self._table.span(first, last, SEGMENT_PACKETS)
+            start, stop, reader = self._last
+            if table.group[start] <= first and last <= table.group[stop - 1]:
+                return start, stop, reader, False
+        start, stop = table.span(first, last, SEGMENT_PACKETS)
+        if not table.reopens(start, stop):
+            self._last = (start, stop, self._reader(start, stop))
+            return *self._last, False
+        start, stop = table.span(first, table.reach(first, last, lasts, SEGMENT_PACKETS), 0)
+        return start, stop, self._reader(start, stop), True
+
+    def _reader(self, start: int, stop: int) -> DecordVideo:
+        """decord's reader of packets [start, stop) remuxed into a small MP4."""
         width, height = self._size
-        encoded = remuxed(self._source, self._table, start, stop)
+        encoded = remuxed(self._container, self._table, start, stop)
         reader = DecordVideo(encoded, width=width, height=height, num_threads=self._threads)
         if reader.num_frames != stop - start:
             raise VideoDecodeError(f"a segment of {stop - start} packets reads as {reader.num_frames} frames")
-        self._last = (start, stop, reader)
-        return self._last
+        return reader
 
 
 def open_segmented(

@@ -103,13 +103,12 @@ class ServedVideoModel(PythonModel):
 
     def open(self, video: bytes | str) -> Video:
         """An encoded video, or the video a string names, opened at the crop's short side. A file here
-        is opened by its path and read as decoding asks, never whole, so a long video's length costs
-        no memory; an object in a bucket is read whole (the video returned outlives this call, which
-        a staged temporary file would not without an owner to remove it)."""
+        is opened by its path, an object in a bucket by ranged GETs, and either is read as decoding
+        asks, never whole, so a long video's length costs no memory."""
         payload: VideoSource
         if isinstance(video, str):
             where = location(video)
-            payload = storage.local_path(where) or storage.read_bytes(where)
+            payload = storage.local_path(where) or storage.ObjectFile(str(where))
         elif isinstance(video, bytes | bytearray | memoryview):
             payload = bytes(video)
         else:

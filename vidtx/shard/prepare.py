@@ -1,7 +1,7 @@
 """One source video -> the bytes and facts of a shard sample, in a child process with a time limit.
 
 `prepare_video` reads a video and turns it into what the configured store keeps: the video bytes
-(copied, or re-encoded when asked), probed (`vidtx.media.decode.probe_video`), or its frames as JPEG
+(copied, or re-encoded when asked), probed (`vidtx.media.probe.probe_video`), or its frames as JPEG
 (which decodes every frame). A pathological file, a decoder bug or a stalled network mount could block that forever, or
 crash the process, so the sharding job runs it through `VideoPreparer`: one child process per shard
 that prepares the videos one after the other, and that is killed when a video takes more than
@@ -26,9 +26,10 @@ import decord
 
 from vidtx.config import ShardConfig
 from vidtx.manifest import FRAMES_MEMBER, VIDEO_EXTENSIONS
-from vidtx.media.decode import VideoDecodeError, VideoInfo, probe_video
+from vidtx.media.decode import VideoDecodeError
 from vidtx.media.encode import reencode
 from vidtx.media.jpeg import video_to_frames
+from vidtx.media.probe import VideoInfo, probe_video
 from vidtx.processes import forkserver_context, sigterm_deferred
 
 

@@ -4,8 +4,8 @@ client that reaches them.
 Locations are parsed by `vidtx.locations` (a `Path` on this machine, a URL string in a bucket); every
 module joins, names, lists, reads, writes, copies and caches them through the functions here, which
 work for both kinds: no other module builds a client or asks whether a location is in a bucket
-(`paths`: a location's parts; `stat`: what is there; `objects`: reading, writing, copying). Local
-locations keep their plain file operations.
+(`paths`: a location's parts; `stat`: what is there; `objects`: reading, writing, copying; `ranged`:
+an object read as a file that seeks). Local locations keep their plain file operations.
 
 The client is pyarrow's file systems: Ray Train keeps checkpoints through one already, its S3 client
 (the AWS SDK for C++) reads byte ranges (`read_at`) without holding the GIL, and it is installed with
@@ -59,6 +59,7 @@ from vidtx.storage.paths import (
     relative_name,
     with_scheme,
 )
+from vidtx.storage.ranged import RANGE_CHUNK, ObjectFile
 from vidtx.storage.stat import (
     FileState,
     blocking_file,
@@ -74,9 +75,11 @@ from vidtx.storage.stat import (
 
 __all__ = [
     "CHECK_ATTEMPTS",
+    "RANGE_CHUNK",
     "RETRY_ATTEMPTS",
     "STREAM_CHUNK",
     "FileState",
+    "ObjectFile",
     "StorageError",
     "absolute",
     "beside",

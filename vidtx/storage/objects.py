@@ -57,7 +57,7 @@ def _running(pid: int) -> bool:
     return True
 
 
-def _no_such_object(where: Location) -> FileNotFoundError:
+def no_such_object(where: Location) -> FileNotFoundError:
     """The error of a missing object, as the OS's for a missing file (`strerror` is the reason)."""
     return FileNotFoundError(errno.ENOENT, "no such object", str(where))
 
@@ -108,7 +108,7 @@ def read_bytes(where: Location) -> bytes:
         with client.open_input_stream(path) as stream:
             return stream.read()
     except FileNotFoundError:
-        raise _no_such_object(where) from None
+        raise no_such_object(where) from None
     except OSError as err:
         raise StorageError(describe(where, err)) from None
 
@@ -184,7 +184,7 @@ def open_input(where: Location) -> fs.NativeFile:
     try:
         return client.open_input_stream(path, buffer_size=STREAM_CHUNK if is_remote(where) else None)
     except FileNotFoundError:
-        raise _no_such_object(where) from None
+        raise no_such_object(where) from None
     except OSError as err:
         raise StorageError(describe(where, err)) from None
 
