@@ -1,11 +1,14 @@
 """Issue 60 point 2: a long video scored window by window, against its length.
 
 Videos of 1, 10 and 60 minutes (generated: 64x48 noise at 8 fps, H.264, a keyframe every 250 frames)
-are read window by window, 4 s every 4 s, two ways, each in a fresh process so that its peak resident
-memory (VmHWM: `ru_maxrss` would count the parent's peak, 265 MB of frames for the hour) is its own:
+are read window by window, 4 s every 4 s, three ways, each in a fresh process so that its peak
+resident memory (VmHWM: `ru_maxrss` would count the parent's peak, 265 MB of frames for the hour) is
+its own:
 
 - `segments`: what the served model and `vidtx predict` do (`vidtx.media.segments`): decord is given
   small MP4s of the groups of pictures that hold the frames asked for;
+- `segments, bucket`: the same from an object in a bucket (moto's S3 server on 127.0.0.1), read by
+  ranged GETs (`vidtx.storage.ObjectFile`); the bytes it reads, against the object's, and its GETs;
 - `whole file`: the baseline, one decord reader over the file, whose memory grows with the encoded
   length it has read past (about the file).
 
@@ -19,14 +22,20 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
+from benchmarks.object_storage import s3_environment
 from benchmarks.results import BenchmarkResult, Table, fmt
+from infra.local.ports import free_port
+from infra.local.s3_server import create_bucket, requests, s3_server
+from vidtx import storage
 from vidtx.media.encode import encode_mp4
 
 log = logging.getLogger(__name__)
@@ -34,7 +43,7 @@ log = logging.getLogger(__name__)
 MINUTES = (1, 10, 60)
 QUICK_MINUTES = (0.25, 1)
 FPS, WIDTH, HEIGHT, WINDOW = 8, 64, 48, 4.0
-MODES = ("whole file", "segments")
+MODES = ("whole file", "segments", "segments, bucket")
 DEMO = Path(__file__).resolve().parent.parent / "configs/experiments/demo.yaml"
 # run in a fresh interpreter: the windows of one video decoded one way; prints its figures
 OPEN = f"""
@@ -47,11 +56,20 @@ from vidtx.media.decode import DecordVideo, scaled_size
 from vidtx.media.probe import probe_video
 from vidtx.media.segments import SegmentedVideo
 from vidtx.processes import peak_rss_mb
-path, way = Path(sys.argv[1]), sys.argv[2]
+from vidtx.storage import ObjectFile, ranged
+where, way = sys.argv[1], sys.argv[2]
+path = ObjectFile(where) if where.startswith("s3://") else Path(where)
+fetched = 0  # bytes the ranged reads of an object fetched
+def counted(self, buffer, read=ranged._Ranges.readinto):
+    global fetched
+    size = read(self, buffer)
+    fetched += size
+    return size
+ranged._Ranges.readinto = counted
 config = load_config({str(DEMO)!r}, ["eval.num_clips=1", "eval.num_crops=1"])
 info = probe_video(path)
 width, height = scaled_size(info.width, info.height, config.data.crop_size)
-video = (SegmentedVideo if way == "segments" else DecordVideo)(path, width=width, height=height)
+video = (DecordVideo if way == "whole file" else SegmentedVideo)(path, width=width, height=height)
 """
 DECODE = (
     OPEN
@@ -61,7 +79,8 @@ started = time.perf_counter()
 windows, _ = plan_windows(video.num_frames, video.fps, {WINDOW}, {WINDOW})
 for window in windows:
     video.frames((window.first + sampler.test(window.last - window.first, 1)).ravel().tolist())
-print(json.dumps({{"windows": len(windows), "seconds": time.perf_counter() - started, "peak_rss_mb": peak_rss_mb()}}))
+seconds = time.perf_counter() - started
+print(json.dumps({{"windows": len(windows), "seconds": seconds, "peak_rss_mb": peak_rss_mb(), "read_mb": fetched / 1e6}}))
 """
 )
 SCORE = (
@@ -74,10 +93,10 @@ torch.set_num_threads(1)
 classifier = VideoClassifier.of(model_for(config, num_classes=8), config, [str(i) for i in range(8)])
 classifier.open = lambda _: video  # the way asked for, where the served model opens by segments
 started = time.perf_counter()
-rows = classifier.classify_windows(str(path), window={WINDOW}, hop={WINDOW}, top_k=1, num_clips=1, num_crops=1)
+rows = classifier.classify_windows(where, window={WINDOW}, hop={WINDOW}, top_k=1, num_clips=1, num_crops=1)
 seconds = time.perf_counter() - started
 assert all(row.error is None for row in rows), rows[:3]
-print(json.dumps({{"windows": len(rows) - 1, "seconds": seconds, "peak_rss_mb": peak_rss_mb()}}))
+print(json.dumps({{"windows": len(rows) - 1, "seconds": seconds, "peak_rss_mb": peak_rss_mb(), "read_mb": fetched / 1e6}}))
 """
 )
 
@@ -91,26 +110,39 @@ def write_video(path: Path, minutes: float) -> int:
     return path.stat().st_size
 
 
-def measure(script: str, path: Path, way: str) -> dict:
+def measure(script: str, where: str, way: str, log_file: Path) -> dict:
+    """The figures of `script` over the video at `where`, and the GET requests it made."""
+    mark = log_file.stat().st_size
     done = subprocess.run(
-        [sys.executable, "-c", script, str(path), way], capture_output=True, text=True, check=True
+        [sys.executable, "-c", script, where, way], capture_output=True, text=True, check=True
     )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    gets = sum(request.startswith("GET ") for request in requests(log_file, mark))
+    return json.loads(done.stdout.strip().splitlines()[-1]) | {"gets": gets}
 
 
 def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
     lengths = QUICK_MINUTES if quick else MINUTES
     tasks = {"decoding alone": DECODE, "scoring": SCORE}
     raw: dict[str, dict[str, dict[str, dict]]] = {task: {way: {} for way in MODES} for task in tasks}
-    with tempfile.TemporaryDirectory() as folder:
+    port = free_port()
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        mock.patch.dict(os.environ, s3_environment(port)),
+        s3_server(port, Path(folder) / "s3.log") as endpoint,
+    ):
+        bucket = create_bucket(endpoint, "long-videos")
         for minutes in lengths:
             video = Path(folder) / f"{minutes}min.mp4"
             size = write_video(video, minutes)
+            storage.upload(video, f"{bucket}/{video.name}")
             for task, script in tasks.items():
                 for way in MODES:
                     log.info("%s: a %g-minute video window by window (%s)", task, minutes, way)
-                    raw[task][way][f"{minutes:g} min"] = measure(script, video, way) | {"file_mb": size / 1e6}
+                    where = f"{bucket}/{video.name}" if way.endswith("bucket") else str(video)
+                    figures = measure(script, where, way, Path(folder) / "s3.log")
+                    raw[task][way][f"{minutes:g} min"] = figures | {"file_mb": size / 1e6}
             video.unlink()
+            storage.delete(f"{bucket}/{video.name}")
     tables = [_table(task, raw[task]) for task in tasks]
     first, longest = f"{lengths[0]:g} min", f"{lengths[-1]:g} min"
     notes = [
@@ -119,6 +151,11 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
         f"the file grows by {fmt(cases[way][longest]['file_mb'] - cases[way][first]['file_mb'])} MB)."
         for task, cases in raw.items()
         for way in MODES
+    ] + [
+        f"{task}, segments from a bucket, {label}: {fmt(case['read_mb'])} MB read of a {fmt(case['file_mb'])} MB "
+        f"object ({fmt(case['read_mb'] / case['file_mb'], 2)}x) in {case['gets']} GETs."
+        for task, cases in raw.items()
+        for label, case in cases["segments, bucket"].items()
     ]
     return BenchmarkResult(
         name="long_videos",

@@ -183,7 +183,7 @@ class SegmentedVideo:
     ) -> None:
         self._source, self._size, self._threads = source, (width, height), num_threads
         # the video stays open for its segments: opened again for each, an object in a bucket had its
-        # header and index read again each time (4.3x the object's bytes over a video, against 2.1x)
+        # header and index read again each time (about twice the bytes over a video)
         opened = contextlib.ExitStack()
         self._container = opened.enter_context(open_container(source))
         weakref.finalize(self, opened.close)
