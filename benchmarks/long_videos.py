@@ -54,7 +54,7 @@ from vidtx.clips.windows import plan_windows
 from vidtx.config import load_config
 from vidtx.media.decode import DecordVideo, scaled_size
 from vidtx.media.probe import probe_video
-from vidtx.media.segments import SegmentedVideo
+from vidtx.media.segments import open_segmented
 from vidtx.processes import peak_rss_mb
 from vidtx.storage import ObjectFile, ranged
 where, way = sys.argv[1], sys.argv[2]
@@ -67,9 +67,9 @@ def counted(self, buffer, read=ranged._Ranges.readinto):
     return size
 ranged._Ranges.readinto = counted
 config = load_config({str(DEMO)!r}, ["eval.num_clips=1", "eval.num_crops=1"])
-info = probe_video(path)
-width, height = scaled_size(info.width, info.height, config.data.crop_size)
-video = (DecordVideo if way == "whole file" else SegmentedVideo)(path, width=width, height=height)
+info = probe_video(path, packets=way != "whole file")  # as the served model opens a video
+size = scaled_size(info.width, info.height, config.data.crop_size)
+video = DecordVideo(path, width=size[0], height=size[1]) if way == "whole file" else open_segmented(path, size=size, probed=info)
 """
 DECODE = (
     OPEN

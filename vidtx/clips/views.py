@@ -16,7 +16,7 @@ from vidtx.clips.normalize import normalize_clips
 from vidtx.clips.sampling import FrameSampler
 from vidtx.config import DataConfig
 from vidtx.media.decode import Video, VideoSource, open_video, scaled_size
-from vidtx.media.probe import probe_video
+from vidtx.media.probe import VideoInfo, probe_video
 from vidtx.media.segments import open_segmented
 
 
@@ -27,15 +27,17 @@ def open_encoded(
     num_threads: int,
     *,
     by_segments: bool = False,
+    probed: VideoInfo | None = None,
 ) -> Video:
-    """An encoded video (bytes, or a file read as decoding asks) of `stored` (width, height) decoded
-    with its short side at `short_side`: how evaluation opens a shard's video member and the served
-    model a video it is sent or a file it is named. `by_segments` decodes a few groups of pictures
-    at a time (`vidtx.media.segments`), so that a long video's length costs no memory."""
+    """An encoded video (bytes, or a file or an object read as decoding asks) of `stored` (width,
+    height) decoded with its short side at `short_side`: how evaluation opens a shard's video member
+    and the served model a video it is sent or a file it is named. `by_segments` decodes a few groups
+    of pictures at a time (`vidtx.media.segments`), so that a long video's length costs no memory,
+    cut by the packets of `probed` where it was probed with them."""
     size = scaled_size(*stored, short_side)
     size = None if size == stored else size  # decord scales while it decodes; none at the stored size
     if by_segments:
-        return open_segmented(data, size=size, num_threads=num_threads)
+        return open_segmented(data, size=size, num_threads=num_threads, probed=probed)
     return open_video(data, size=size, num_threads=num_threads)
 
 
@@ -65,11 +67,11 @@ def test_views(
 
 
 def open_payload(payload: VideoSource, data: DataConfig) -> Video:
-    """An encoded video (bytes or a file), checked readable and opened at the crop's short side, by
-    segments; both steps stream a file, so its length costs no memory."""
-    info = probe_video(payload)
+    """An encoded video (bytes, a file or an object), checked readable and opened at the crop's short
+    side, by segments cut by the probe's packets: one demux, and its length costs no memory."""
+    info = probe_video(payload, packets=True)
     stored = (info.width, info.height)
-    return open_encoded(payload, stored, data.crop_size, data.decode_threads, by_segments=True)
+    return open_encoded(payload, stored, data.crop_size, data.decode_threads, by_segments=True, probed=info)
 
 
 def video_views(payload: VideoSource, data: DataConfig, num_clips: int, num_crops: int) -> torch.Tensor:

@@ -37,6 +37,7 @@ from vidtx.media.decode import (
     open_container,
     open_video,
 )
+from vidtx.media.probe import VideoInfo, probe_video
 
 log = logging.getLogger(__name__)
 
@@ -120,31 +121,21 @@ class PacketTable:
 
 
 def packet_table(source: VideoSource) -> PacketTable:
-    """The packet table of a video's first video stream. Raises VideoDecodeError."""
-    with open_container(source) as container:
-        return table_of(container)
+    """The packet table of a video's first video stream, from its probe (one demux). Raises
+    VideoDecodeError."""
+    return table_from(probe_video(source, packets=True))
 
 
-def table_of(container: av.container.InputContainer) -> PacketTable:
-    """The packet table of an open video's first video stream: one demux (no decoding but the first
-    frame, for its rotation). Raises VideoDecodeError."""
-    stream = container.streams.video[0]
-    try:
-        packets = [(p.pts, p.is_keyframe) for p in container.demux(stream) if p.size]
-        if not packets or any(pts is None for pts, _ in packets):
-            raise VideoDecodeError("packets without timestamps: cannot be cut between keyframes")
-        container.seek(0, stream=stream)
-        first = next(container.decode(stream), None)
-    except av.FFmpegError as err:
-        raise VideoDecodeError(f"PyAV cannot read the packets ({err})") from err
-    rate = stream.average_rate or stream.guessed_rate
-    keys = np.array([key for _, key in packets], dtype=bool)
+def table_from(info: VideoInfo) -> PacketTable:
+    """The packet table of a video probed with its packets. Raises VideoDecodeError."""
+    packets = info.packets
+    assert packets is not None, "probed with packets=True"
+    if packets.pts is None:
+        raise VideoDecodeError("packets without timestamps: cannot be cut between keyframes")
+    keys = packets.keyframes.copy()
     keys[0] = True  # a stream that does not start on a keyframe: its first packets are one group
     return PacketTable(
-        pts=np.array([pts for pts, _ in packets], dtype=np.int64),
-        keyframes=np.flatnonzero(keys),
-        rotation=first.rotation if first is not None else 0.0,
-        fps=float(rate) if rate else 0.0,
+        pts=packets.pts, keyframes=np.flatnonzero(keys), rotation=packets.rotation, fps=info.fps
     )
 
 
@@ -179,15 +170,22 @@ class SegmentedVideo:
     """decord's frames of a video, decoded from MP4s of the groups of pictures that hold them."""
 
     def __init__(
-        self, source: VideoSource, *, width: int = -1, height: int = -1, num_threads: int = 1
+        self,
+        source: VideoSource,
+        *,
+        width: int = -1,
+        height: int = -1,
+        num_threads: int = 1,
+        table: PacketTable | None = None,
     ) -> None:
+        """`table`: the video's packet table, where its probe has made it (else it is probed here)."""
         self._source, self._size, self._threads = source, (width, height), num_threads
+        self._table = table if table is not None else packet_table(source)
         # the video stays open for its segments: opened again for each, an object in a bucket had its
         # header and index read again each time (about twice the bytes over a video)
         opened = contextlib.ExitStack()
         self._container = opened.enter_context(open_container(source))
         weakref.finalize(self, opened.close)
-        self._table = table_of(self._container)
         self._whole: Video | None = None  # the reader over the whole video, once a segment fails
         # the last segment read: windows come in order, so the next ones often lie in it again, and its
         # reader goes on decoding forwards instead of from the keyframe
@@ -264,13 +262,19 @@ class SegmentedVideo:
 
 
 def open_segmented(
-    source: VideoSource, *, size: tuple[int, int] | None = None, num_threads: int = 1
+    source: VideoSource,
+    *,
+    size: tuple[int, int] | None = None,
+    num_threads: int = 1,
+    probed: VideoInfo | None = None,
 ) -> Video:
-    """A video decoded segment by segment at `size` (width, height); one whose packets cannot be cut
+    """A video decoded segment by segment at `size` (width, height), cut by the packets of `probed`
+    (its probe, made with `packets=True`) or of a probe of its own; one whose packets cannot be cut
     (no timestamps) is read whole (`open_video`)."""
     width, height = size or (-1, -1)
     try:
-        return SegmentedVideo(source, width=width, height=height, num_threads=num_threads)
+        table = table_from(probed) if probed is not None else packet_table(source)
+        return SegmentedVideo(source, width=width, height=height, num_threads=num_threads, table=table)
     except VideoDecodeError as err:
         log.info("decoding the whole video: %s", err)
         return open_video(source, size=size, num_threads=num_threads)
