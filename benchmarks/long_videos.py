@@ -65,7 +65,12 @@ def counted(self, buffer, read=ranged._Ranges.readinto):
     size = read(self, buffer)
     fetched += size
     return size
-ranged._Ranges.readinto = counted
+def counted_whole(self, read=ranged._Ranges.readall):
+    global fetched
+    data = read(self)
+    fetched += len(data)
+    return data
+ranged._Ranges.readinto, ranged._Ranges.readall = counted, counted_whole
 config = load_config({str(DEMO)!r}, ["eval.num_clips=1", "eval.num_crops=1"])
 info = probe_video(path, packets=way != "whole file")  # as the served model opens a video
 size = scaled_size(info.width, info.height, config.data.crop_size)
