@@ -4,14 +4,13 @@ single-label model, the confusion matrix (a multi-label model's table holds per-
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric
 
 from vidtx.eval.report import confusion_figure, per_class_rows, write_csv
 from vidtx.results import EvalResult, MultiLabelMetrics
+from vidtx.tracking.runs import log_metrics
 
 # How many videos were evaluated and skipped say what was measured, not how well: tags, so that MLflow
 # draws no single-value bar chart of them among the metrics (a newcomer met `skipped 0.00` first).
@@ -25,14 +24,10 @@ def log_evaluation(client: MlflowClient, run_id: str, result: EvalResult) -> dic
     its name (`eval/test/top1`, `eval/test/prob_mean/top1`; `eval/test/mean_ap`, `eval/test/max/mean_ap`).
     """
     prefix = f"eval/{result.split}"
-    timestamp = int(time.time() * 1000)
     values = result.metrics()
-    metrics = [
-        Metric(f"{prefix}/{name}", value, timestamp, 0)
-        for name, value in values.items()
-        if name not in COUNTS
-    ]
-    client.log_batch(run_id, metrics=metrics)
+    log_metrics(
+        client, run_id, {f"{prefix}/{name}": value for name, value in values.items() if name not in COUNTS}, 0
+    )
     primary = result.by_ensemble[result.primary]
     settings = (
         {"aggregation": result.primary, "threshold": f"{primary.threshold:g}"}

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
-from mlflow.entities import Metric
 from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-from vidtx.tracking.runs import connect, last_logged_step
+from vidtx.tracking.runs import connect, last_logged_step, log_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +50,7 @@ class RankZeroMetrics:
     def log_always(self, metrics: dict[str, float], step: int) -> None:
         """Log events that may repeat a step (e.g. a restart at a step already logged)."""
         if self.enabled:
-            now = int(time.time() * 1000)
-            points = [Metric(name, float(value), now, step) for name, value in metrics.items()]
-            self.client.log_batch(self.run_id, metrics=points)
+            log_metrics(self.client, self.run_id, metrics, step)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """A text artifact of the run (rank 0)."""

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 import mlflow
 import psutil
 from mlflow import MlflowClient
-from mlflow.entities import Param, Run
+from mlflow.entities import Metric, Param, Run
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
@@ -211,6 +212,14 @@ def start_or_resume_run(
     client.log_text(run.info.run_id, dump_config(config), "config.yaml")
     logger.info("created MLflow run %s (%s)", run.info.run_id, run_name)
     return run.info.run_id
+
+
+def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float], step: int) -> None:
+    """`metrics` (name -> value) into run `run_id` at `step`, stamped now, in one request."""
+    now = int(time.time() * 1000)
+    client.log_batch(
+        run_id, metrics=[Metric(name, float(value), now, step) for name, value in metrics.items()]
+    )
 
 
 def last_logged_step(client: MlflowClient, run_id: str, metric: str) -> int:
