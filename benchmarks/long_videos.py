@@ -48,7 +48,6 @@ DEMO = Path(__file__).resolve().parent.parent / "configs/experiments/demo.yaml"
 # run in a fresh interpreter: the windows of one video decoded one way; prints its figures
 OPEN = f"""
 import json, sys, time
-from pathlib import Path
 from vidtx.clips.sampling import FrameSampler
 from vidtx.clips.windows import plan_windows
 from vidtx.config import load_config
@@ -56,9 +55,10 @@ from vidtx.media.decode import DecordVideo, scaled_size
 from vidtx.media.probe import probe_video
 from vidtx.media.segments import open_segmented
 from vidtx.processes import peak_rss_mb
-from vidtx.storage import ObjectFile, ranged
+from vidtx.locations import location
+from vidtx.storage import ranged, readable_file
 where, way = sys.argv[1], sys.argv[2]
-path = ObjectFile(where) if where.startswith("s3://") else Path(where)
+path = readable_file(location(where))
 fetched = 0  # bytes the ranged reads of an object fetched
 def counted(self, buffer, read=ranged._Ranges.readinto):
     global fetched

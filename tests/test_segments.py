@@ -141,13 +141,13 @@ def test_frames_outside_the_video_are_one_error() -> None:
 
 PEAK = """
 import json, sys
-from pathlib import Path
 from vidtx.media.decode import DecordVideo
 from vidtx.media.segments import SegmentedVideo
 from vidtx.processes import peak_rss_mb
-from vidtx.storage import ObjectFile
+from vidtx.locations import location
+from vidtx.storage import readable_file
 where, way = sys.argv[1:]
-path = ObjectFile(where) if where.startswith("s3://") else Path(where)
+path = readable_file(location(where))
 video = DecordVideo(path) if way == "whole" else SegmentedVideo(path)
 for first in range(0, video.num_frames - 8, 32):  # windows of 4 s at 8 fps, 8 frames each, in order
     video.frames(range(first, first + 8))

@@ -273,7 +273,7 @@ def open_segmented(
     (no timestamps) is read whole (`open_video`)."""
     width, height = size or (-1, -1)
     try:
-        table = table_from(probed) if probed is not None else packet_table(source)
+        table = table_from(probed) if probed is not None else None
         return SegmentedVideo(source, width=width, height=height, num_threads=num_threads, table=table)
     except VideoDecodeError as err:
         log.info("decoding the whole video: %s", err)

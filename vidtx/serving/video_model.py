@@ -107,8 +107,7 @@ class ServedVideoModel(PythonModel):
         asks, never whole, so a long video's length costs no memory."""
         payload: VideoSource
         if isinstance(video, str):
-            where = location(video)
-            payload = storage.local_path(where) or storage.ObjectFile(str(where))
+            payload = storage.readable_file(location(video))
         elif isinstance(video, bytes | bytearray | memoryview):
             payload = bytes(video)
         else:

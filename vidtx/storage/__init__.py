@@ -59,7 +59,7 @@ from vidtx.storage.paths import (
     relative_name,
     with_scheme,
 )
-from vidtx.storage.ranged import RANGE_CHUNK, ObjectFile
+from vidtx.storage.ranged import RANGE_CHUNK, ObjectFile, readable_file
 from vidtx.storage.stat import (
     FileState,
     blocking_file,
@@ -115,6 +115,7 @@ __all__ = [
     "read_range",
     "read_ranges",
     "read_text",
+    "readable_file",
     "relative_name",
     "remove_partial",
     "sha256",

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 from pyarrow import fs
 
+from vidtx.locations import Location
 from vidtx.storage.client import StorageError, describe, filesystem
 from vidtx.storage.objects import no_such_object, read_bytes
+from vidtx.storage.paths import local_path
 
 # Bytes per ranged GET: a demux reads front to back, and a segment's remux reads the container's
 # index and a few hundred KiB of packets; 1 MiB keeps both to few requests without reading far past
@@ -95,3 +98,8 @@ class ObjectFile:
 
     def __str__(self) -> str:
         return self.where
+
+
+def readable_file(where: Location) -> Path | ObjectFile:
+    """`where` to read as a file that seeks: its path on this machine, or its object read by ranges."""
+    return local_path(where) or ObjectFile(str(where))
