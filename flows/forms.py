@@ -16,6 +16,7 @@ from vidtx.config.forms import Form, RunForm, run_form
 from vidtx.model_factory import check_model_config, check_pretrain_config
 
 DEMO_CONFIG = "configs/experiments/demo.yaml"
+FLOW_RUN_ID = "the flow run's id (a retry of the flow run resumes it)"
 
 ShardForm = run_form(
     "ShardForm",
@@ -30,12 +31,13 @@ TrainForm = run_form(
     max_steps="train.max_steps",
     lr="train.optimizer.lr",
     num_workers="train.num_workers",
-    run_name="train.run_name",
+    training_run="train.run_name",
+    empty={"training_run": f"the config's name and {FLOW_RUN_ID}"},
 )
 EvaluateForm = run_form(
     "EvaluateForm",
     "Multi-view evaluation of a trained model (by default the best checkpoint of the run named).",
-    run_name="train.run_name",
+    training_run="train.run_name",
     checkpoint="eval.checkpoint",
     split="eval.split",
     num_clips="eval.num_clips",
@@ -44,7 +46,7 @@ EvaluateForm = run_form(
 RegisterForm = run_form(
     "RegisterForm",
     "A trained model evaluated, registered in MLflow and its aliases moved.",
-    run_name="train.run_name",
+    training_run="train.run_name",
     checkpoint="eval.checkpoint",
     model_name="registry.model_name",
 )
@@ -63,7 +65,8 @@ PretrainForm = run_form(
     mask_ratio="pretrain.mask_ratio",
     lr="train.optimizer.lr",
     num_workers="train.num_workers",
-    run_name="train.run_name",
+    training_run="train.run_name",
+    empty={"training_run": f"the config's name, -pretrain- and {FLOW_RUN_ID}"},
 )
 SweepForm = run_form(
     "SweepForm",
@@ -72,6 +75,7 @@ SweepForm = run_form(
     max_concurrent="sweep.max_concurrent",
     space="sweep.space",
     sweep_name="sweep.name",
+    empty={"sweep_name": f"the config's name, -sweep- and {FLOW_RUN_ID}"},
 )
 
 

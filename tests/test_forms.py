@@ -3,6 +3,7 @@ parameter schema, and what a form becomes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prefect.exceptions import ParameterTypeError
 from prefect.flows import load_flow_from_entrypoint
 from pydantic import ValidationError
 
@@ -64,6 +66,25 @@ def test_each_flows_form_is_a_handful_of_fields_each_described_in_full(schemas: 
             description = prop.get("description", "")
             assert description.rstrip().endswith((".", ")", "'")), (name, title, description)  # not cut
             assert "`" not in description, (name, title)
+            assert description.lower().count("empty") <= 1, (name, title, description)  # one rule, said once
+            assert title != "Run Name", name  # Prefect's own field above the parameters names the flow run
+
+
+def test_a_json_editors_example_is_json_and_text_in_yaml_is_one_line(schemas: dict[str, dict]) -> None:
+    space = SweepForm.model_json_schema()["properties"]["space"]
+    example = json.loads(space["description"].partition("E.g. ")[2].partition("}}. ")[0] + "}}")
+    assert SweepForm(config=DEMO_CONFIG, space=example).pipeline().sweep.space[
+        "model.options.shift_div"
+    ].choice == [4, 8]
+    flow = load_flow_from_entrypoint(str(ROOT / FLOWS["sweep-model"]))
+    yaml_text = "{train.optimizer.lr: {loguniform: [1.0e-5, 1.0e-3]}}"
+    with pytest.raises(ParameterTypeError) as raised:
+        flow.validate_parameters({"settings": {"config": DEMO_CONFIG, "space": yaml_text}})
+    (error,) = [line for line in str(raised.value).splitlines() if "takes JSON" in line]
+    assert json.dumps(example, separators=(", ", ": ")) in error
+    assert repr(yaml_text) in error
+    as_text = json.dumps({"train.optimizer.lr": {"choice": [0.1, 0.2]}})  # JSON given as text reads as JSON
+    assert SweepForm(config=DEMO_CONFIG, space=as_text).space["train.optimizer.lr"].choice == [0.1, 0.2]
 
 
 @pytest.mark.parametrize("flow", [name for name in FLOWS if name != "batch-predict"])  # has no file
@@ -81,7 +102,7 @@ def test_a_form_opens_with_the_config_file_then_its_settings_and_the_overrides(
 def test_train_models_form_shows_what_a_person_changes_most() -> None:
     form = TrainForm.model_json_schema()
     assert [prop["title"] for prop in form["properties"].values()] == [
-        "Config File", "Max Steps", "LR", "Num Workers", "Run Name", "Overrides"
+        "Config File", "Max Steps", "LR", "Num Workers", "Training Run", "Overrides"
     ]  # fmt: skip
     assert form["properties"]["max_steps"]["minimum"] == 1  # the schema's own limits
     assert form["properties"]["lr"]["description"].startswith(schema_field("train.optimizer.lr").description)

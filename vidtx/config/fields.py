@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -129,7 +129,7 @@ def _walk(model: type[BaseModel], prefix: str) -> Iterator[Setting]:
     for name, field in model.model_fields.items():
         key = prefix + name
         if (section := section_model(field.annotation)) is None:
-            yield Setting(key, *_type_of(field.annotation), _yaml(field), field.description or "")
+            yield Setting(key, *_type_of(field.annotation), _yaml(field), described(field, flow_yaml))
             continue
         if type(None) in typing.get_args(field.annotation):  # an optional section: null turns it off
             summary = field.description or model_summary(section)
@@ -157,10 +157,24 @@ def _type_of(annotation: Any) -> tuple[str, tuple[str, ...]]:
     return getattr(annotation, "__name__", str(annotation).removeprefix("typing.")), ()
 
 
+def described(field: FieldInfo, write: Callable[[Any], str]) -> str:
+    """A field's description and, where the schema gives one, its example as `write` writes values:
+    YAML for the config file and `--set`, JSON for a run form's editor."""
+    if not field.examples:
+        return field.description or ""
+    return f"{field.description} E.g. {write(field.examples[0])}."
+
+
 def _yaml(field: FieldInfo) -> str:
-    value = _JSON.dump_python(field.get_default(call_default_factory=True), mode="json")
+    return flow_yaml(field.get_default(call_default_factory=True))
+
+
+def flow_yaml(value: Any) -> str:
+    """`value` on one line as YAML's flow style writes it (`{choice: [4, 8]}`)."""
     return (
-        yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1_000)
+        yaml.safe_dump(
+            _JSON.dump_python(value, mode="json"), default_flow_style=True, sort_keys=False, width=1_000
+        )
         .strip()
         .removesuffix("...")
         .strip()

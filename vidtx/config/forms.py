@@ -17,23 +17,30 @@ without it, and every deployment gives it.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import ConfigDict, Field, GetJsonSchemaHandler, create_model
+from pydantic import ConfigDict, Field, GetJsonSchemaHandler, create_model, field_validator
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import to_jsonable_python
 
 from vidtx.config.base import StrictModel
-from vidtx.config.fields import schema_field
+from vidtx.config.fields import described, schema_field
 from vidtx.config.loading import load_config
 from vidtx.config.schema import PipelineConfig
 from vidtx.locations import Location
 
 _CODE = re.compile(r"`([^`]*)`")
 _NONE = re.compile(r"\bNone\b")
+# what a schema field's None means: "(None: as many as fit)" or a closing "None: the config's name."
+_NONE_RULE = re.compile(r"\s*\(None: (?P<parens>[^)]*)\)|\s*None: (?P<sentence>[^.]*)\.$")
+_JSON_EXAMPLE = functools.partial(json.dumps, separators=(", ", ": "))
 # words of a key that a title writes otherwise than capitalized
 _WORDS = {"cpus": "CPUs", "gpu": "GPU", "lr": "LR", "uri": "URI", "url": "URL"}
 CONFIG_DESCRIPTION = (
@@ -84,20 +91,64 @@ class RunForm(Form):
         return load_config(self.config, [*self.given(), *more])
 
 
-def run_form(name: str, summary: str, /, **settings: str) -> type[RunForm]:
+def run_form(
+    name: str, summary: str, /, *, empty: Mapping[str, str] | None = None, **settings: str
+) -> type[RunForm]:
     """The form `name` (described by `summary`): the config file, `settings` (field name -> dotted key
-    of the schema, in the form's order), the overrides."""
+    of the schema, in the form's order), the overrides. `empty` says, per field, what the flow uses
+    where the field and the config file both leave a setting empty, when that is not the schema's
+    own None."""
     fields: dict[str, Any] = {"config": (Path, Field(description=CONFIG_DESCRIPTION))}
+    validators: dict[str, Any] = {}
     for field_name, key in settings.items():
         field = schema_field(key)
         value = str if field.annotation == Location else field.annotation  # a path or a bucket URL
         annotation = value if field.default is None else value | None
-        description = f"{field.description} Empty: the config file's `{key}`."
-        fields[field_name] = (annotation, Field(None, description=description, **_limits(field)))
+        fields[field_name] = (
+            annotation,
+            Field(None, description=_when_empty(field, key, (empty or {}).get(field_name)), **_limits(field)),
+        )
+        if typing.get_origin(field.annotation) is dict:  # Prefect's run form edits it as JSON
+            validators[f"_{field_name}_is_json"] = field_validator(field_name, mode="before")(_json_of(field))
     fields["overrides"] = (list[str], Field(default_factory=list, description=OVERRIDES_DESCRIPTION))
-    form = create_model(name, __base__=RunForm, __doc__=summary, __module__=__name__, **fields)
+    form = create_model(
+        name, __base__=RunForm, __doc__=summary, __module__=__name__, __validators__=validators, **fields
+    )
     form.SETTINGS = dict(settings)
     return form
+
+
+def _when_empty(field: FieldInfo, key: str, flows_default: str | None) -> str:
+    """A setting's description on the form, in one rule for an empty field: it keeps the config file's
+    value, or where the file has none, the flow's default or what the schema says its None means."""
+    description = described(field, _JSON_EXAMPLE)
+    if rule := _NONE_RULE.search(description):
+        description = (description[: rule.start()] + description[rule.end() :]).strip()
+        flows_default = flows_default or rule["parens"] or rule["sentence"]
+    when_empty = f"Empty: the config file's `{key}`"
+    return (
+        f"{description} {when_empty}, or where the file has none, {flows_default}."
+        if flows_default
+        else f"{description} {when_empty}."
+    )
+
+
+def _json_of(field: FieldInfo) -> Callable[[Any], Any]:
+    """The before-validator of a mapping setting: a text value is read as JSON, and text that is not
+    JSON (YAML's flow style, as a config file writes it) is one line saying what the field takes."""
+    example = _JSON_EXAMPLE(field.examples[0]) if field.examples else "{}"
+
+    def json_of(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(
+                f"takes JSON, e.g. {example}, not {value!r} (YAML's syntax is for the config file and its overrides)"
+            ) from None
+
+    return json_of
 
 
 def _limits(field: Any) -> dict[str, Any]:

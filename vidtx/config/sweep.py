@@ -94,8 +94,13 @@ class SweepConfig(StrictModel):
     )
     space: dict[str, Distribution] = Field(
         default_factory=dict,
-        description="Config keys to search, each with one distribution, e.g. train.optimizer.lr: "
-        "{loguniform: [1.0e-5, 1.0e-3]}, model.options.shift_div: {choice: [4, 8]}.",
+        description="Config keys to search, each with one distribution.",
+        examples=[
+            {
+                "train.optimizer.lr": {"loguniform": [1.0e-5, 1.0e-3]},
+                "model.options.shift_div": {"choice": [4, 8]},
+            }
+        ],
     )
     num_trials: int = Field(
         4, ge=1, description="Trials sampled from the space (with a grid: per grid point)."

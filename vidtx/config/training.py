@@ -143,7 +143,7 @@ class TrainConfig(StrictModel):
     from it. Later stages find the training run by `run_name`.
     """
 
-    run_name: str | None = Field(None, description="Names the Ray run; the same name resumes it.")
+    run_name: str | None = Field(None, description="Names the training run; the same name resumes it.")
     storage_path: str = Field(
         "runs/ray",
         description="Local folder, file://, s3:// or gs:// URL for checkpoints; on a multi-node cluster, "
