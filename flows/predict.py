@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
 
 from flows.forms import PredictForm
 from vidtx.config import PredictConfig
@@ -26,25 +27,35 @@ SHOWN_ERRORS = 20  # unreadable videos listed in the artifact; the table has the
 def resolve_model(
     model: str, tracking_uri: str | None, overrides: list[str], predict: PredictConfig
 ) -> tuple[VideoClassifier, str]:
-    return load_for_prediction(model, tracking_uri, overrides, predict)
+    classifier, version = load_for_prediction(model, tracking_uri, overrides, predict)
+    get_run_logger().info("%s is %s", model, version)
+    return classifier, version
 
 
-@flow(name="batch-predict", log_prints=True)
-def batch_predict(settings: PredictForm) -> PredictionSummary:
-    """Score the videos with the model into the table at `output`; the overrides change the model's
-    own config for this run, e.g. `eval.num_crops=1`."""
-    logger = get_run_logger()
-    classifier, version = resolve_model(
-        settings.model, settings.tracking_uri, settings.overrides, settings.predict()
-    )
-    logger.info("scoring with %s (%s)", version, settings.model)
+@task(task_run_name="score with {version}", cache_policy=NO_CACHE)  # a model is no cache key
+def score(
+    classifier: VideoClassifier, version: str, videos: list[str]
+) -> tuple[PredictionSummary, list[tuple[str, str]]]:
+    """The videos scored into the table; (its summary, each unreadable video and why)."""
     unreadable: list[tuple[str, str]] = []
 
     def on_row(row: pd.Series) -> None:
         if row["error"] is not None:
             unreadable.append((row["path"], row["error"]))
 
-    summary = predict_videos(classifier, version, settings.videos, on_row)
+    summary = predict_videos(classifier, version, videos, on_row)
+    get_run_logger().info(summary.text())
+    return summary, unreadable
+
+
+@flow(name="batch-predict", log_prints=True)
+def batch_predict(settings: PredictForm) -> PredictionSummary:
+    """Score the videos with the model into the table at `output`; the overrides change the model's
+    own config for this run, e.g. `eval.num_crops=1`."""
+    classifier, version = resolve_model(
+        settings.model, settings.tracking_uri, settings.overrides, settings.predict()
+    )
+    summary, unreadable = score(classifier, version, settings.videos)
     name, number = version.removeprefix("models:/").split("/")
     lines = [
         "# Batch predictions",
@@ -56,5 +67,4 @@ def batch_predict(settings: PredictForm) -> PredictionSummary:
     if unreadable:
         lines += ["", markdown_table(["video", "why it could not be read"], unreadable[:SHOWN_ERRORS])]
     create_markdown_artifact("\n".join(lines), key="batch-predictions", description=summary.text())
-    logger.info(summary.text())
     return summary

@@ -24,6 +24,8 @@ from vidtx.tracking.lineage import FLOW_RUN_TAG, run_lineage
 from vidtx.train.payload import TrainResult
 from vidtx.train.progress import ProgressCallback
 
+SHOWN_METRICS = ("train/loss", "train/clips_per_second", "train/data_wait")
+
 
 def named_run(config: PipelineConfig) -> PipelineConfig:
     """`config` with `train.run_name` set: its own, else `<config name>-<flow run id>`, which stays the
@@ -37,16 +39,21 @@ def follow_training(config: PipelineConfig) -> Iterator[ProgressCallback]:
     the block starts; the artifact at 100% when the block ends without error."""
     logger = get_run_logger()
     progress_id = create_progress_artifact(0.0, description=f"training {config.train.run_name}")
+    logged_step = -1
 
     def on_progress(step: int, max_steps: int, metrics: dict[str, float], validation: str | None) -> None:
+        """One line per event: a step not logged yet, then a validation result (which a later poll
+        may bring for a step already logged)."""
+        nonlocal logged_step
         update_progress_artifact(progress_id, 100.0 * step / max_steps)
-        shown = {
-            k: v
-            for k, v in metrics.items()
-            if k in ("train/loss", "train/clips_per_second", "train/data_wait")
-        }
-        line = f"step {step}/{max_steps} " + " ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()))
-        logger.info(line + (f"; {validation}" if validation else ""))
+        if step > logged_step:
+            shown = {k: v for k, v in metrics.items() if k in SHOWN_METRICS}
+            logger.info(
+                f"step {step}/{max_steps} " + " ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()))
+            )
+            logged_step = step
+        if validation:
+            logger.info(validation)
 
     yield on_progress
     update_progress_artifact(progress_id, 100.0)
