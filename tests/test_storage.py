@@ -30,6 +30,48 @@ from vidtx.shard.writer import write_shard
 from vidtx.stages.shard import plan_dataset
 from vidtx.storage import join, name_of, parent_of
 
+WRITE_HALF_THEN_WAIT = """
+import sys, time
+from vidtx import storage
+with storage.run_filesystem(sys.argv[1]).open_output_stream(sys.argv[1]) as out:
+    out.write(b'{"half": ')
+    out.flush()
+    print("written", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_file_ray_train_writes_on_disk_appears_whole_or_not_at_all(tmp_path: Path) -> None:
+    """Ray Train's run snapshot and checkpoint files go through `storage.run_filesystem` on disk: a
+    writer killed mid-file leaves the earlier file as it was (pyarrow's LocalFileSystem had truncated
+    it: a run killed there could not resume), a closed stream puts the new one in its place."""
+    import pickle
+
+    import pyarrow.fs
+
+    snapshot = tmp_path / "run" / "checkpoint_manager_snapshot.json"
+    assert storage.run_filesystem("s3://bucket/ray") is None  # Ray's own client: an upload is whole
+    filesystem = pickle.loads(pickle.dumps(storage.run_filesystem(snapshot.parent)))  # as Ray sends it
+    with filesystem.open_output_stream(str(snapshot)) as out:
+        out.write(b'{"checkpoints": 1}')
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITE_HALF_THEN_WAIT, str(snapshot)], stdout=subprocess.PIPE
+    )
+    assert writer.stdout is not None
+    assert writer.stdout.readline() == b"written\n"
+    writer.kill()
+    writer.wait(timeout=30)
+    assert snapshot.read_bytes() == b'{"checkpoints": 1}'
+    with filesystem.open_input_stream(str(snapshot)) as read:
+        assert read.read() == b'{"checkpoints": 1}'
+    names = sorted(
+        info.base_name for info in filesystem.get_file_info(pyarrow.fs.FileSelector(str(snapshot.parent)))
+    )
+    assert names == [snapshot.name, f"{snapshot.name}.tmp"]  # the killed write, beside it
+    with filesystem.open_output_stream(str(snapshot)) as out:
+        out.write(b'{"checkpoints": 2}')
+    assert snapshot.read_bytes() == b'{"checkpoints": 2}'
+
 
 def test_a_location_is_a_path_here_or_a_url_in_a_bucket() -> None:
     assert location("data/shards") == Path("data/shards")

@@ -72,6 +72,7 @@ from vidtx.storage.stat import (
     size,
     walk,
 )
+from vidtx.storage.whole_files import run_filesystem
 
 __all__ = [
     "CHECK_ATTEMPTS",
@@ -118,6 +119,7 @@ __all__ = [
     "readable_file",
     "relative_name",
     "remove_partial",
+    "run_filesystem",
     "sha256",
     "size",
     "staged",

@@ -19,8 +19,10 @@ from ray.train import (
 from ray.train.torch import TorchTrainer
 from ray.train.v2._internal.callbacks import DatasetsCallback
 
+from vidtx import storage
 from vidtx.config import PipelineConfig, TrainConfig
 from vidtx.data.shares import UnreadableShardsError
+from vidtx.locations import location
 from vidtx.processes import sigterm_raises
 from vidtx.ray_session import ray_session, worker_env
 from vidtx.train.loop import train_loop_per_worker
@@ -105,6 +107,8 @@ def _build_trainer(
         run_config=RunConfig(
             name=run_name,
             storage_path=storage_path,
+            # on disk, a run killed while Ray writes its snapshot or a checkpoint resumes from the last whole one
+            storage_filesystem=storage.run_filesystem(location(storage_path)),
             failure_config=FailureConfig(max_failures=train_cfg.max_failures),
             callbacks=list(callbacks),
             checkpoint_config=CheckpointConfig(
