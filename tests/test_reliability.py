@@ -155,6 +155,68 @@ def test_local_ray_is_on_loopback_only_outside_the_driver_s_group(tmp_path: Path
     assert not alive, [p.name() for p in alive]
 
 
+ORPHAN = "import os, time\nif os.fork() == 0:\n    print(os.getpid(), flush=True)\n    time.sleep(120)\n"
+
+
+def test_what_a_command_leaves_running_is_named_and_ended_orphans_included() -> None:
+    """`infra.local.leftovers run`: the check behind the test session's end, `make demo`,
+    `make ui-stop` and `make stack-stop`. A command whose child outlives it, reparented to init
+    (as the Ray worker found 37 minutes after a green `make test`), fails with a line naming it;
+    the orphan is killed. A command that leaves nothing passes with its own exit code."""
+    run = [sys.executable, "-m", "infra.local.leftovers", "run", "the orphan test", "--"]
+    left = subprocess.run(
+        [*run, sys.executable, "-c", ORPHAN], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    orphan = int(left.stdout)
+    assert left.returncode == 1
+    (line,) = left.stderr.splitlines()
+    assert line.startswith(f"error: the orphan test left a process running: pid {orphan} python")
+    assert f"in {ROOT}, parent " in line  # its parent gone: init's, or the nearest subreaper's
+    assert not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE
+    clean = subprocess.run(
+        [*run, sys.executable, "-c", "raise SystemExit(3)"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert (clean.returncode, clean.stderr) == (3, "")
+
+
+ACTOR_STUCK_IN_ITS_EXIT = """
+import os, threading, time, ray
+from vidtx.log import setup_logging
+from vidtx.ray_session import ray_session
+setup_logging(verbose=True)
+
+@ray.remote(num_cpus=0)
+class StuckInItsExit:
+    def start(self):
+        threading.Thread(target=threading.Event().wait).start()  # never ends: the exit waits for it
+        return os.getpid()
+
+with ray_session(num_cpus=1, include_dashboard=False):
+    actor = StuckInItsExit.remote()
+    print(ray.get(actor.start.remote()), flush=True)
+    del actor  # Ray asks it to exit and never forces it
+    time.sleep(2)
+"""
+
+
+@pytest.mark.slow
+def test_no_worker_outlives_the_local_ray_that_vidtx_started(tmp_path: Path) -> None:
+    """A worker of a local Ray whose exit waits on a thread (as a `ray::TrainController` after its
+    training did) was left for ever, reparented to init, once the session ended: it is ended with
+    its Ray, and named."""
+    environment = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+    session = subprocess.run(
+        [sys.executable, "-c", ACTOR_STUCK_IN_ITS_EXIT], capture_output=True, text=True, env=environment,
+        cwd=tmp_path, timeout=180,
+    )  # fmt: skip
+    assert session.returncode == 0, session.stderr[-3000:]
+    stuck = int(session.stdout.split()[0])
+    assert not psutil.pid_exists(stuck) or psutil.Process(stuck).status() == psutil.STATUS_ZOMBIE
+    assert (
+        f"ray::StuckInItsExit (pid {stuck}) outlived its local Ray: killed" in session.stderr + session.stdout
+    )
+
+
 OPEN_SOCKETS = """
 import socket, sys
 tcp = socket.create_server(("0.0.0.0", 0))

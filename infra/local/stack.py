@@ -30,6 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from infra.local.leftovers import left_running, marked, new_token
 from infra.local.ports import free_port
 from infra.local.postgres import Postgres
 from infra.local.processes import end_tree, end_trees, spawn, wait_for_http, wait_for_ray_nodes
@@ -130,7 +131,13 @@ class Stack:
     def _environment(self) -> dict[str, str]:
         """This process's environment, less any service variable, with the venv's tools on PATH."""
         base = dict(os.environ) | {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
-        return {k: v for k, v in base.items() if not k.startswith(("MLFLOW_", "PREFECT_API", "AWS_", "RAY_"))}
+        base = {k: v for k, v in base.items() if not k.startswith(("MLFLOW_", "PREFECT_API", "AWS_", "RAY_"))}
+        return marked(base, self._owner.read_text()) if self._owner.exists() else base
+
+    @property
+    def _owner(self) -> Path:
+        """The token every process of this start of the stack carries (`infra.local.leftovers`)."""
+        return self.pids / "owner"
 
     def _services(self, settings: dict) -> dict[str, Service]:
         """What runs on PostgreSQL and the S3 server, in start order, from the kept settings."""
@@ -183,6 +190,7 @@ class Stack:
             raise SystemExit(f"the stack in {self.folder} is running (make stack-stop first)")
         for folder in (self.pids, self.logs, self.folder / "prefect"):
             folder.mkdir(parents=True, exist_ok=True)
+        self._owner.write_text(new_token("make stack"))
         settings = self.settings()
         ports = settings["ports"]
         base = self._environment()
@@ -287,6 +295,14 @@ class Stack:
             stopped.append("postgres")
         return stopped
 
+    def left_running(self) -> list[str]:
+        """What this start of the stack left running once stopped, a line each (then killed)."""
+        if not self._owner.exists():
+            return []
+        lines = left_running(self._owner.read_text())
+        self._owner.unlink()
+        return lines
+
 
 def main() -> None:
     apply_defaults()
@@ -302,6 +318,10 @@ def main() -> None:
         print(f"restarted {sys.argv[2]}")
     elif command in ("stop", "purge"):
         print(f"stopped: {', '.join(stack.stop()) or 'nothing was running'}")
+        if left := stack.left_running():
+            raise SystemExit(
+                "\n".join(f"error: make stack-stop left a process running: {line}" for line in left)
+            )
         if command == "purge":  # the data too: PostgreSQL's folder and the stack's
             shutil.rmtree(Postgres(stack.folder).home, ignore_errors=True)
             shutil.rmtree(stack.folder, ignore_errors=True)
