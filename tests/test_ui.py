@@ -14,11 +14,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from demo_config import config_file, shrunk_demo_config
 from mlflow import MlflowClient
-from ui_stack import Stack, listening, started_stack, ui_sh
+from ui_stack import Stack, listening, pipeline_config, run_deployment, settings, started_stack, ui_sh
 
-from vidtx.config import PipelineConfig
 from vidtx.tracking.links import run_link
 from vidtx.tracking.runs import connect, resolve_tracking_uri
 
@@ -31,9 +29,13 @@ DEPLOYED_FLOWS = [
 # (deployment, its form's summary, the fields it opens with); every form ends with Overrides
 FORMS = [
     ("shard-dataset/local", "Shard a video dataset", ["Config File", "Source", "Output", "Executor"]),
-    ("train-model/local", "One training run", ["Config File", "Max Steps", "LR", "Num Workers", "Run Name"]),
-    ("evaluate-model/local", "Multi-view evaluation", ["Config File", "Run Name", "Checkpoint", "Split"]),
-    ("register-model/local", "A trained model evaluated", ["Config File", "Run Name", "Checkpoint"]),
+    (
+        "train-model/local",
+        "One training run",
+        ["Config File", "Max Steps", "LR", "Num Workers", "Training Run"],
+    ),
+    ("evaluate-model/local", "Multi-view evaluation", ["Config File", "Training Run", "Checkpoint", "Split"]),
+    ("register-model/local", "A trained model evaluated", ["Config File", "Training Run", "Checkpoint"]),
     ("sweep-model/local", "A hyperparameter sweep", ["Config File", "Num Trials", "Max Concurrent", "Space"]),
     ("pretrain-model/local", "Self-supervised pretraining", ["Config File", "Max Steps", "Mask Ratio", "LR"]),
     ("video-pipeline/demo", "The whole pipeline", ["Config File", "Name", "Max Steps", "LR"]),
@@ -53,31 +55,6 @@ pytestmark = [
 def stack(tmp_path: Path) -> Iterator[Stack]:
     with started_stack(tmp_path) as started:
         yield started
-
-
-def pipeline_config(tmp_path: Path, mlflow_db: str) -> PipelineConfig:
-    """The shrunk demo pipeline, logging to the UI's MLflow store."""
-    return shrunk_demo_config(
-        tmp_path, f"tracking.tracking_uri=sqlite:///{mlflow_db}", "registry.model_name=vidtx-ui-test"
-    )
-
-
-def settings(config: PipelineConfig, folder: Path) -> dict:
-    """A flow's parameters for `config`: its run form naming the config written to `folder`."""
-    return {"settings": {"config": str(config_file(config, folder))}}
-
-
-def run_deployment(stack: Stack, name: str, parameters: dict) -> str:
-    """Run a deployment through the server `ui.sh` started, as the UI's Run button does; the flow run
-    id once the run is final (the worker that `ui.sh` started runs it)."""
-    from prefect.deployments import run_deployment as run
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: f"{stack.prefect_url}/api"}):
-        flow_run = run(name, parameters=parameters, timeout=900)
-    assert flow_run.state is not None
-    assert flow_run.state.is_completed(), flow_run.state
-    return str(flow_run.id)
 
 
 def test_the_uis_show_deployments_runs_and_the_champion_and_ui_stop_leaves_nothing(

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psutil
+from demo_config import config_file, shrunk_demo_config
 
 from infra.local.ports import free_port
+from vidtx.config import PipelineConfig
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import SyncPrefectClient
@@ -106,3 +108,28 @@ def started_stack(tmp_path: Path) -> Iterator[Stack]:
         yield stack
     finally:
         ui_sh(env, "stop")
+
+
+def pipeline_config(tmp_path: Path, mlflow_db: str) -> PipelineConfig:
+    """The shrunk demo pipeline, logging to the UI's MLflow store."""
+    return shrunk_demo_config(
+        tmp_path, f"tracking.tracking_uri=sqlite:///{mlflow_db}", "registry.model_name=vidtx-ui-test"
+    )
+
+
+def settings(config: PipelineConfig, folder: Path) -> dict:
+    """A flow's parameters for `config`: its run form naming the config written to `folder`."""
+    return {"settings": {"config": str(config_file(config, folder))}}
+
+
+def run_deployment(stack: Stack, name: str, parameters: dict) -> str:
+    """Run a deployment through the server `ui.sh` started, as the UI's Run button does; the flow run
+    id once the run is final (the worker that `ui.sh` started runs it)."""
+    from prefect.deployments import run_deployment as run
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: f"{stack.prefect_url}/api"}):
+        flow_run = run(name, parameters=parameters, timeout=900)
+    assert flow_run.state is not None
+    assert flow_run.state.is_completed(), flow_run.state
+    return str(flow_run.id)

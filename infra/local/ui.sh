@@ -37,7 +37,11 @@ start_background() {  # NAME COMMAND...: start, record the PID
 start() {
   mkdir -p "$STATE" "$(dirname "$MLFLOW_DB")" "$PREFECT_HOME"
   if [ -e "$STATE/prefect-server.pid" ]; then echo "already started (make ui-stop first)" >&2; exit 1; fi
-  start_background prefect-server "$BIN/prefect" server start --host 127.0.0.1 --port "$PREFECT_PORT"
+  # every process of this start carries its token: `ui.sh stop` checks that none is left (infra/local/leftovers.py)
+  "$BIN/python" -m infra.local.leftovers new-token "make ui" >"$STATE/owner"
+  export VIDTX_OWNERS="${VIDTX_OWNERS:+$VIDTX_OWNERS:}$(cat "$STATE/owner")"
+  # Prefect's server, its SQLite transactions taking the write lock when they begin (infra/local/prefect_server.py)
+  start_background prefect-server "$BIN/python" -m infra.local.prefect_server --host 127.0.0.1 --port "$PREFECT_PORT"
   # --app-name vidtx: MLflow's server opening in its model-training view (vidtx/tracking/ui_server.py)
   start_background mlflow-ui "$BIN/mlflow" ui --app-name vidtx --host 127.0.0.1 --port "$MLFLOW_PORT" \
     --backend-store-uri "sqlite:///$MLFLOW_DB" --workers 1
@@ -80,7 +84,7 @@ stop_process() {  # PID: SIGTERM, then SIGINT (the Prefect worker wants a second
 }
 
 stop() {
-  local pidfile pid started=() tree=() left=()
+  local pidfile pid started=() tree=() left=() status=0
   for pidfile in "$STATE"/*.pid; do [ -e "$pidfile" ] && started+=("$(cat "$pidfile")"); done
   [ ${#started[@]} -gt 0 ] || { echo "nothing to stop"; return 0; }
   # Everything below what `make ui` started (flow runs, their local Ray, its workers), taken now:
@@ -106,6 +110,11 @@ stop() {
     kill -KILL "${left[@]}" 2>/dev/null || true
     echo "stopped ${#left[@]} processes left below them"
   fi
+  if [ -e "$STATE/owner" ]; then  # anything else of this start, wherever it was reparented
+    "$BIN/python" -m infra.local.leftovers check "$(cat "$STATE/owner")" "make ui-stop" || status=1
+    rm -f "$STATE/owner"
+  fi
+  return "${status:-0}"
 }
 
 case "${1:-}" in
