@@ -98,6 +98,13 @@ def test_aliases_follow_the_metric(trained_run: tuple, synthetic_shards: tuple, 
     # the registry's pages show the description as raw text: a sentence first, no heading, no code marks
     assert version.description.startswith("Video classifier xvit_tiny")
     assert "`" not in version.description
+    # and as written: one line per paragraph, no line break inside a sentence (list and table rows apart)
+    broken = [
+        line
+        for line in version.description.splitlines()
+        if line and not line.startswith(("- ", "|")) and not line.endswith((".", ":"))
+    ]
+    assert broken == []
     logged_model_id = version.source.removeprefix("models:/")  # the store leaves version.model_id empty
     assert client.get_logged_model(logged_model_id).name == "aliases-test"  # not "model"
     with mlflow_uris(result.tracking_uri):

@@ -9,12 +9,19 @@ from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import (
+    MLFLOW_GIT_COMMIT,
+    MLFLOW_PARENT_RUN_ID,
+    MLFLOW_PROJECT_ENTRY_POINT,
+    MLFLOW_SOURCE_NAME,
+    MLFLOW_SOURCE_TYPE,
+)
 
 from vidtx.config import PipelineConfig, load_config
 from vidtx.manifest import load_manifest
 from vidtx.tracking.datasets import log_dataset_inputs
 from vidtx.tracking.rank_zero import STEP_METRIC, RankZeroMetrics
+from vidtx.tracking.run_source import without_credentials
 from vidtx.tracking.runs import (
     DRIVER_TAG,
     END_REASON_TAG,
@@ -65,6 +72,13 @@ def test_same_run_name_resumes_the_same_mlflow_run(tracking_uri: str) -> None:
     assert run.data.tags[RUN_NAME_TAG] == "run-1"
     assert run.data.tags["vidtx.manifest_hash"] == "abc"
     assert run.data.tags["prefect.flow_run_id"] == "f1"
+    # the UI's Source and Version columns: the checkout and the command, as an MLflow Project run
+    git = ["git", "rev-parse", "HEAD"]
+    commit = subprocess.run(git, cwd=Path(__file__).parent, capture_output=True, text=True).stdout.strip()
+    assert run.data.tags.get(MLFLOW_GIT_COMMIT) == (commit or None)
+    assert run.data.tags[MLFLOW_SOURCE_TYPE] == "PROJECT"
+    assert run.data.tags[MLFLOW_SOURCE_NAME]  # the checkout's remote, else its folder
+    assert run.data.tags[MLFLOW_PROJECT_ENTRY_POINT] == "train"
     experiment = client.get_experiment_by_name("exp-a")
     assert experiment.artifact_location == str(
         Path(tracking_uri.removeprefix("sqlite:///")).parent / "mlartifacts"
@@ -72,6 +86,19 @@ def test_same_run_name_resumes_the_same_mlflow_run(tracking_uri: str) -> None:
     assert len(client.search_runs([experiment.experiment_id])) == 2
     config_text = Path(client.download_artifacts(first, "config.yaml")).read_text()
     assert "lr: 0.2" in config_text
+
+
+def test_a_remote_is_recorded_without_its_credentials() -> None:
+    assert (
+        without_credentials("https://user:s3cret@github.com/org/vidtx.git")
+        == "https://github.com/org/vidtx.git"
+    )
+    assert (
+        without_credentials("https://ghp_token@github.com/org/vidtx.git")
+        == "https://github.com/org/vidtx.git"
+    )
+    assert without_credentials("https://github.com/org/vidtx.git") == "https://github.com/org/vidtx.git"
+    assert without_credentials("git@github.com:org/vidtx.git") == "git@github.com:org/vidtx.git"
 
 
 def test_experiments_are_marked_as_model_training_so_the_ui_opens_on_their_runs(tracking_uri: str) -> None:

@@ -31,9 +31,9 @@ from vidtx.cache import shard_cache
 from vidtx.clips.views import test_views
 from vidtx.config import DataConfig
 from vidtx.data.labels import label_target, stacked_labels
-from vidtx.data.mixing import relabelled
 from vidtx.data.samples import SAMPLE_ERRORS, open_sample, sample_name
 from vidtx.data.shares import EvalSamples
+from vidtx.data.training_data import relabelled
 from vidtx.data.web_loader import log_and_continue, web_loader
 from vidtx.manifest import load_manifest
 

@@ -2,7 +2,7 @@
 
 A sample's json holds its label id in "label"; a sample of a multi-label split
 (`vidtx.manifest.Manifest.multi_label`) also holds every label id in "labels" ("label" is the first).
-The ids are the split's, mapped into the model's label set (`vidtx.data.mixing.relabel`). A loader
+The ids are the split's, mapped into the model's label set (`vidtx.data.training_data.relabel`). A loader
 built with `multi_label` gives float32 multi-hot (K,) targets over the K classes of the label set (a
 single-label sample's is one-hot); one built without gives the int64 label id, and a sample with
 several labels stops it with `MultiLabelSampleError`: a single-label model cannot learn from it, and
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vidtx.data.mixing import UNLABELED, relabel
+from vidtx.data.training_data import UNLABELED, relabel
 
 
 class MultiLabelSampleError(RuntimeError):

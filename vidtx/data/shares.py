@@ -28,8 +28,8 @@ import webdataset as wds
 from vidtx import storage
 from vidtx.cache import ShardCache
 from vidtx.data.fetch_ahead import FetchAhead, FetchSettings
-from vidtx.data.mixing import TrainingData
 from vidtx.data.tar_reader import tar_samples
+from vidtx.data.training_data import TrainingData
 from vidtx.storage import name_of, parent_of
 
 Handler = Callable[[Exception], bool]  # what a webdataset stage does with an error (True: go on)

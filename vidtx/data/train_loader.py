@@ -2,7 +2,7 @@
 environment).
 
     per source: this rank's shards of the epoch (cycled, split by DataLoader worker) -> tar samples
-    -> mixed by weight (`vidtx.data.mixing`) -> shuffle buffer -> decode once, sample k clips,
+    -> mixed by weight (`vidtx.data.training_data`) -> shuffle buffer -> decode once, sample k clips,
     augment (in DataLoader workers) -> uint8 batches (B, T, H, W, C), labels in the merged label set
     (int64 ids, or float32 multi-hot vectors with `multi_label`: `vidtx.data.labels`)
 
@@ -41,11 +41,11 @@ from vidtx.clips.views import frames_at
 from vidtx.config import DataConfig
 from vidtx.data.fetch_ahead import fetch_settings
 from vidtx.data.labels import label_target, stacked_labels
-from vidtx.data.mixing import TrainingData, TrainingSource, training_data
 from vidtx.data.position import EpochPosition, StreamSettings, in_turn
 from vidtx.data.read_ahead import Opened, Pending, open_pending, read_ahead
 from vidtx.data.samples import SAMPLE_ERRORS, sample_name
 from vidtx.data.shares import CycledSamples, MixedSamples, PassLedger, epoch_shards
+from vidtx.data.training_data import TrainingData, TrainingSource, training_data
 from vidtx.data.transforms import TrainTransform
 from vidtx.data.web_loader import check_shards, log_and_continue, web_loader
 from vidtx.storage import name_of

@@ -1,5 +1,5 @@
-"""Space-time mixing (Bulat et al. 2021, section 3): per-frame attention whose keys and values
-borrow channels from neighbouring frames, so it costs what spatial-only attention costs."""
+"""X-ViT's space-time mixing (Bulat et al. 2021, section 3): per-frame attention whose keys and
+values borrow channels from neighbouring frames, so it costs what spatial-only attention costs."""
 
 from __future__ import annotations
 

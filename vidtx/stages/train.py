@@ -38,7 +38,7 @@ from vidtx.tracking.runs import (
     start_or_resume_run,
 )
 from vidtx.train.engine import unmatched_patterns
-from vidtx.train.jobs import submit_training_job
+from vidtx.train.jobs import COMMANDS, submit_training_job
 from vidtx.train.launcher import launch
 from vidtx.train.payload import Objective, TrainResult, WorkerPayload, checkpoint_uri, storage_location
 from vidtx.train.progress import ProgressCallback, follow_progress
@@ -108,7 +108,7 @@ def _train_on_ray(
             resolve_version(where, tracking_uri) if where.startswith("models:/") else where
         )
     end_orphaned_runs(client, config.tracking.experiment)
-    run_id = start_or_resume_run(client, config, run_name, lineage)
+    run_id = start_or_resume_run(client, config, run_name, lineage, entry_point=COMMANDS[objective])
     splits = [("training", source.shards, source.manifest) for source in data.sources]
     if validation is not None:
         splits.append(("validation", config.data.shards, validation))

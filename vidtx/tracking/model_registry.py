@@ -61,30 +61,39 @@ def model_card(
     hours = f"{train_seconds / 3600:.2f} h" if train_seconds else "unknown"
     data = config.data
     sources = ", ".join(f"`{s.shards}` (weight {s.weight:g})" for s in data.sources) or f"`{data.shards}`"
-    return f"""Video classifier `{config.model.name}` ({params / 1e6:.2f} M parameters, {gflops:.2f} GFLOPs per view,
-multiply-adds), input clips (B, 3, {config.data.num_frames}, {config.data.crop_size}, {config.data.crop_size}),
-{len(result.class_names)} classes, normalised with mean {config.data.mean} and std {config.data.std}.
-
-- Training data: {sources}, split `{data.train_split}`
-- Evaluation: manifest hash `{result.manifest_hash}`
-- Training time: {hours}
-
-{render_results(result)}
-
-Promotion metric: `{config.promotion_metric}` of the `{result.primary}` ensemble.
-"""
+    # one line per paragraph: the registry's pages show the description as written, and a line
+    # break inside a sentence would show there too
+    summary = (
+        f"Video classifier `{config.model.name}` ({params / 1e6:.2f} M parameters, {gflops:.2f} GFLOPs per "
+        f"view, multiply-adds), input clips (B, 3, {data.num_frames}, {data.crop_size}, {data.crop_size}), "
+        f"{len(result.class_names)} classes, normalised with mean {data.mean} and std {data.std}."
+    )
+    facts = "\n".join(
+        [
+            f"- Training data: {sources}, split `{data.train_split}`",
+            f"- Evaluation: manifest hash `{result.manifest_hash}`",
+            f"- Training time: {hours}",
+        ]
+    )
+    promotion = f"Promotion metric: `{config.promotion_metric}` of the `{result.primary}` ensemble."
+    return "\n\n".join([summary, facts, render_results(result), promotion]) + "\n"
 
 
 def encoder_card(config: PipelineConfig, params: int, run_id: str) -> str:
     """The description of a pretrained encoder's version: what it is and how a fine-tune starts from it."""
     pretrain, data = config.pretrain, config.data
-    return f"""Pretrained video encoder {config.model.name} ({params / 1e6:.2f} M parameters): the encoder of a masked
-autoencoder (mask ratio {pretrain.mask_ratio:g}, {pretrain.masking} masking), pretrained on {data.shards} without labels,
-clips (B, 3, {data.num_frames}, {data.crop_size}, {data.crop_size}). Pretraining run {run_id}.
-
-Fine-tune: model.name={config.model.name}, model.init_from=models:/{pretrain.model_name}@{pretrain.alias} (a new
-head; another frame count or crop size resizes the position tables). Served, it answers one embedding per video.
-"""
+    what = (
+        f"Pretrained video encoder {config.model.name} ({params / 1e6:.2f} M parameters): the encoder of a "
+        f"masked autoencoder (mask ratio {pretrain.mask_ratio:g}, {pretrain.masking} masking), pretrained on "
+        f"{data.shards} without labels, clips (B, 3, {data.num_frames}, {data.crop_size}, {data.crop_size}). "
+        f"Pretraining run {run_id}."
+    )
+    how = (
+        f"Fine-tune: model.name={config.model.name}, model.init_from=models:/{pretrain.model_name}@"
+        f"{pretrain.alias} (a new head; another frame count or crop size resizes the position tables). "
+        "Served, it answers one embedding per video."
+    )
+    return f"{what}\n\n{how}\n"
 
 
 def _decide_promotion(

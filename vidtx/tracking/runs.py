@@ -4,6 +4,9 @@ The driver (launcher) creates or finds the run before any compute and logs the r
 params; Ray worker rank 0 attaches to that run id and logs metrics. Restarts (a worker dies, the whole
 job is started again with the same run name) land in the same run.
 
+A run's source (`mlflow.source.*`: what the UI's Source and Version columns show) is the vidtx
+checkout and the `vidtx` command, as an MLflow Project run records them (`vidtx.tracking.run_source`).
+
 A run records the process that drives it (`vidtx.driver`: host, pid and start time). One whose driver
 was killed outright (SIGKILL, a lost machine) would stay RUNNING for ever: the next training started
 on that host ends it KILLED (`end_orphaned_runs`).
@@ -15,7 +18,6 @@ import contextlib
 import logging
 import os
 import socket
-import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -25,11 +27,12 @@ import mlflow
 import psutil
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run
-from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_SOURCE_NAME
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 
 from vidtx.config import ConfigError, PipelineConfig, dump_config
 from vidtx.log import adopt_loggers
+from vidtx.tracking.run_source import source_tags
 
 logger = logging.getLogger(__name__)
 
@@ -140,22 +143,6 @@ def parse_tags(pairs: Sequence[str]) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in pairs)
 
 
-def git_commit() -> str | None:
-    """The commit of the vidtx checkout, when it runs from one."""
-    try:
-        result = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout.strip() or None
-
-
 def find_run(client: MlflowClient, experiment_name: str, run_name: str) -> Run | None:
     """The MLflow run of training run `run_name`, if there is one."""
     experiment = client.get_experiment_by_name(experiment_name)
@@ -187,17 +174,23 @@ def start_or_resume_run(
     config: PipelineConfig,
     run_name: str,
     tags: Mapping[str, str] | None = None,
+    *,
+    entry_point: str = "train",
 ) -> str:
     """The id of the MLflow run named `run_name` in the config's experiment, created if missing.
 
     A new run records the whole config as params (flattened) and as `config.yaml`, which `vidtx`
-    loads back. It gets lineage tags too.
+    loads back. It gets lineage tags too, and the source tags (`source_tags`: `entry_point` is the
+    `vidtx` command that runs it).
     An existing run is reopened (status RUNNING) and only gets the new tags: params are immutable.
+    Its source is kept where this process knows no commit (a Ray Job's `vidtx train` runs from an
+    installed vidtx, and the submitter's checkout set it).
     """
+    source = source_tags(entry_point)
     lineage = {RUN_NAME_TAG: run_name, DRIVER_TAG: _process_identity(psutil.Process()), **(tags or {})}
-    if commit := git_commit():
-        lineage[MLFLOW_GIT_COMMIT] = commit
     if existing := find_run(client, config.tracking.experiment, run_name):
+        if MLFLOW_GIT_COMMIT in source or MLFLOW_SOURCE_NAME not in existing.data.tags:
+            lineage = source | lineage
         run_id = existing.info.run_id
         client.update_run(run_id, status="RUNNING")
         for key, value in lineage.items():
@@ -205,7 +198,7 @@ def start_or_resume_run(
         logger.info("resuming MLflow run %s (%s)", run_id, run_name)
         return run_id
     experiment_id = training_experiment(client, config.tracking.experiment)
-    run = client.create_run(experiment_id, run_name=run_name, tags=lineage)
+    run = client.create_run(experiment_id, run_name=run_name, tags=source | lineage)
     params = [Param(key, value) for key, value in flatten(config.model_dump(mode="json")).items()]
     for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
         client.log_batch(run.info.run_id, params=params[start : start + MAX_PARAMS_TAGS_PER_BATCH])

@@ -34,7 +34,9 @@ def start_sweep_run(
     client: MlflowClient, config: PipelineConfig, sweep_name: str, tags: Mapping[str, str] | None = None
 ) -> str:
     """The parent run of sweep `sweep_name`, created or reopened; its id."""
-    return start_or_resume_run(client, config, sweep_name, {SWEEP_TAG: sweep_name, **(tags or {})})
+    return start_or_resume_run(
+        client, config, sweep_name, {SWEEP_TAG: sweep_name, **(tags or {})}, entry_point="sweep"
+    )
 
 
 def trial_runs(client: MlflowClient, parent_run_id: str) -> dict[str, Run]:

@@ -57,7 +57,7 @@ def submit_training_job(
     # Creating (or finding) the MLflow run here checks the tracking store before the cluster does any
     # work; the job finds the same run by name.
     mlflow = connect(resolve_tracking_uri(config))
-    run_id = start_or_resume_run(mlflow, config, run_name, tags)
+    run_id = start_or_resume_run(mlflow, config, run_name, tags, entry_point=COMMANDS[objective])
     client = JobSubmissionClient(address)
     in_cluster = config.for_run(run_name)
     in_cluster.train.cluster.address = None  # inside the job, Ray's own RAY_ADDRESS points at the cluster

@@ -29,7 +29,7 @@ from torch import nn
 
 from vidtx.config import PipelineConfig
 from vidtx.data.eval_loader import build_eval_loader
-from vidtx.data.mixing import TrainingData
+from vidtx.data.training_data import TrainingData
 from vidtx.model_factory import masked_autoencoder, model_for
 from vidtx.models.mae import MaskedAutoencoder
 from vidtx.models.masking import sample_mask

@@ -13,7 +13,7 @@ import logging
 
 from vidtx import storage
 from vidtx.config import ConfigError, DataConfig, PipelineConfig
-from vidtx.data.mixing import TrainingData, relabelled, training_data
+from vidtx.data.training_data import TrainingData, relabelled, training_data
 from vidtx.locations import Location
 from vidtx.manifest import MANIFEST_SUFFIX, Manifest, find_splits, load_manifest, manifest_path
 
