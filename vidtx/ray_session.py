@@ -110,10 +110,10 @@ def _end_workers_outliving(raylet_pid: int, grace: float = WORKER_EXIT_GRACE_S) 
     """Kill the workers of a local Ray that outlive its raylet, each named in a warning.
 
     Ray asks an actor whose handle is gone to exit and never forces it; a worker whose exit then
-    waits (a thread that does not end, as a `ray::TrainController` after its training did) is
-    reparented to init once `ray.shutdown()` ends the raylet, and past its core worker's shutdown
-    nothing in it notices: it stayed, 490 MB, for as long as the machine ran. Every worker carries
-    its raylet's pid in RAY_RAYLET_PID."""
+    waits (a thread that does not end) is reparented to init once `ray.shutdown()` ends the raylet,
+    and past its core worker's shutdown nothing in it notices: it stays for as long as the machine
+    runs (a 490 MB `ray::TrainController` was found 37 minutes after a `make test`). Every worker
+    carries its raylet's pid in RAY_RAYLET_PID."""
     workers = []
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
