@@ -54,7 +54,7 @@ def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tun
     )
     config_file = tmp_path / "pretrain.yaml"
     config_file.write_text(dump_config(config))
-    pretrained_run = pretrain_model(PretrainForm(config=config_file, run_name="pretraining"))
+    pretrained_run = pretrain_model(PretrainForm(config=config_file, training_run="pretraining"))
     result = pretrained_run.training
     assert result.run_name == "pretraining"
 

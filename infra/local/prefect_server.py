@@ -42,7 +42,8 @@ def main(argv: list[str]) -> None:
     from prefect.cli import app
 
     take_the_write_lock_first()
-    app(["server", "start", *argv])
+    sys.argv = ["prefect", "server", "start", *argv]  # Prefect's entry point reads its arguments there
+    app()
 
 
 if __name__ == "__main__":
