@@ -105,13 +105,11 @@ stack-stop:
 demo-stack: install
 	$(BIN)/python -m infra.local.demo_stack
 
-# A local S3 server for trying s3:// shards and checkpoints (moto's server mode, in memory, on loopback).
+# A local S3 server for trying s3:// shards and checkpoints: SeaweedFS on loopback, its data in
+# runs/s3 (kept between runs), its keys in runs/s3/s3.env (`source` it in another shell).
 S3_PORT ?= 9000
 s3: install
-	@echo "S3 server on http://127.0.0.1:$(S3_PORT) (Ctrl-C stops it; objects live in memory). In another shell:"
-	@echo "  export AWS_ENDPOINT_URL=http://127.0.0.1:$(S3_PORT) AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1"
-	@echo "  $(BIN)/python -c \"import boto3; boto3.client('s3').create_bucket(Bucket='vidtx')\""
-	$(BIN)/python -m moto.server -H 127.0.0.1 -p $(S3_PORT)
+	$(BIN)/python -m infra.local.s3_server runs/s3 $(S3_PORT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

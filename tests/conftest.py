@@ -259,21 +259,36 @@ def prefect_api() -> Iterator[None]:
         yield
 
 
-# --- object storage: one real S3 server (moto's server mode on 127.0.0.1) for the session -----------
+# --- object storage: one real S3 server (SeaweedFS on 127.0.0.1) for the session ------------------
+
+from infra.local.s3_server import SeaweedFS  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def s3_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The request log of the session's S3 server (`s3_server.requests` reads it)."""
+    """The log of every request made to the session's S3 server (`latency_proxy.requests` reads it)."""
     return tmp_path_factory.mktemp("s3") / "requests.log"
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint(s3_log: Path) -> Iterator[str]:
-    """The session's S3 server, at the AWS_ENDPOINT_URL set above."""
+def s3_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """The session's SeaweedFS (store and S3 gateway), taking only the environment's keys; its
+    gateway is reached through the recorder at AWS_ENDPOINT_URL (`s3_endpoint`)."""
     from infra.local.s3_server import s3_server
 
-    with s3_server(int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1]), s3_log) as endpoint:
+    users = {os.environ["AWS_ACCESS_KEY_ID"]: S3_SECRET}
+    with s3_server(tmp_path_factory.mktemp("seaweedfs"), free_port(), users) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(s3_store: SeaweedFS, s3_log: Path) -> Iterator[str]:
+    """The session's S3 endpoint, AWS_ENDPOINT_URL: a recorder (the latency proxy at no delay,
+    logging each request line to `s3_log`) in front of the SeaweedFS gateway."""
+    from infra.local.latency_proxy import latency_proxy
+
+    port = int(os.environ["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    with latency_proxy(port, s3_store.s3_port, 0, log=s3_log) as endpoint:
         yield endpoint
 
 

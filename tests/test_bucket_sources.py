@@ -1,6 +1,6 @@
 """Datasets whose videos and annotations are in a bucket: listed there (the layouts read as on disk),
 fingerprinted by each object's size and modification time, and downloaded only by the process that
-writes a shard, once per video. Against the tests' S3 server (moto's server mode on 127.0.0.1)."""
+writes a shard, once per video. Against the tests' S3 server (SeaweedFS on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.local.s3_server import requests
+from infra.local.latency_proxy import requests
 from vidtx import storage
 from vidtx.config import DatasetFormat, ShardConfig
 from vidtx.locations import Location

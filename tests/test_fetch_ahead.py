@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from infra.local.latency_proxy import latency_proxy
+from infra.local.latency_proxy import latency_proxy, requests
 from infra.local.ports import free_port
-from infra.local.s3_server import requests
 from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
 from vidtx.config import DataConfig

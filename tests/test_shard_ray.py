@@ -20,9 +20,8 @@ import psutil
 import pytest
 
 from benchmarks.ray_nodes import LocalCluster, head_and_node_b
-from infra.local.latency_proxy import latency_proxy
+from infra.local.latency_proxy import latency_proxy, requests
 from infra.local.ports import free_port
-from infra.local.s3_server import requests
 from vidtx import storage
 from vidtx.config import ReencodeConfig, ShardConfig, SynthConfig
 from vidtx.manifest import load_manifest

@@ -1,5 +1,5 @@
 """Shards and checkpoints in a bucket: one notion of a location (`vidtx.locations`), one client
-(`vidtx.storage`), against a real S3 server (moto's server mode on 127.0.0.1, `s3_endpoint`)."""
+(`vidtx.storage`), against a real S3 server (SeaweedFS on 127.0.0.1, `s3_endpoint`)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,13 @@ import threading
 import time
 from pathlib import Path
 
-import boto3
 import psutil
 import pytest
 import torch
 
-from infra.local.latency_proxy import latency_proxy
+from infra.local.latency_proxy import latency_proxy, requests
 from infra.local.ports import free_port
-from infra.local.s3_server import create_user, requests, s3_server
+from infra.local.s3_server import SeaweedFS
 from vidtx import storage
 from vidtx.cache import ShardCache, is_cached_tar
 from vidtx.config import DataConfig, ShardConfig
@@ -33,7 +32,8 @@ from vidtx.storage import join, name_of, parent_of
 WRITE_HALF_THEN_WAIT = """
 import sys, time
 from vidtx import storage
-with storage.run_filesystem(sys.argv[1]).open_output_stream(sys.argv[1]) as out:
+filesystem, path = storage.run_storage(sys.argv[1])
+with filesystem.open_output_stream(path) as out:
     out.write(b'{"half": ')
     out.flush()
     print("written", flush=True)
@@ -42,7 +42,7 @@ with storage.run_filesystem(sys.argv[1]).open_output_stream(sys.argv[1]) as out:
 
 
 def test_a_file_ray_train_writes_on_disk_appears_whole_or_not_at_all(tmp_path: Path) -> None:
-    """Ray Train's run snapshot and checkpoint files go through `storage.run_filesystem` on disk: a
+    """Ray Train's run snapshot and checkpoint files go through `storage.run_storage` on disk: a
     writer killed mid-file leaves the earlier file as it was (pyarrow's LocalFileSystem had truncated
     it: a run killed there could not resume), a closed stream puts the new one in its place."""
     import pickle
@@ -50,8 +50,9 @@ def test_a_file_ray_train_writes_on_disk_appears_whole_or_not_at_all(tmp_path: P
     import pyarrow.fs
 
     snapshot = tmp_path / "run" / "checkpoint_manager_snapshot.json"
-    assert storage.run_filesystem("s3://bucket/ray") is None  # Ray's own client: an upload is whole
-    filesystem = pickle.loads(pickle.dumps(storage.run_filesystem(snapshot.parent)))  # as Ray sends it
+    filesystem, path = storage.run_storage(snapshot.parent)
+    assert path == str(snapshot.parent)
+    filesystem = pickle.loads(pickle.dumps(filesystem))  # as Ray sends it
     with filesystem.open_output_stream(str(snapshot)) as out:
         out.write(b'{"checkpoints": 1}')
     writer = subprocess.Popen(
@@ -71,6 +72,23 @@ def test_a_file_ray_train_writes_on_disk_appears_whole_or_not_at_all(tmp_path: P
     with filesystem.open_output_stream(str(snapshot)) as out:
         out.write(b'{"checkpoints": 2}')
     assert snapshot.read_bytes() == b'{"checkpoints": 2}'
+
+
+def test_ray_keeps_a_run_in_a_bucket_through_vidtxs_client_and_no_credential_travels(bucket: str) -> None:
+    """`storage.run_storage` of a bucket: pickled as Ray sends it (the endpoint and region, never a
+    key), it is rebuilt as vidtx's client with its retries, and writes and reads the bucket."""
+    import pickle
+
+    filesystem, path = storage.run_storage(f"{bucket}/runs")
+    assert path == f"{bucket.removeprefix('s3://')}/runs"
+    sent = pickle.dumps(filesystem)
+    assert os.environ["AWS_SECRET_ACCESS_KEY"].encode() not in sent
+    assert os.environ["AWS_ACCESS_KEY_ID"].encode() not in sent
+    received = pickle.loads(sent)
+    with received.open_output_stream(f"{path}/snapshot.json") as out:
+        out.write(b"{}")
+    assert storage.read_bytes(f"{bucket}/runs/snapshot.json") == b"{}"
+    assert received.get_file_info(f"{path}/snapshot.json").size == 2
 
 
 def test_a_location_is_a_path_here_or_a_url_in_a_bucket() -> None:
@@ -190,13 +208,15 @@ def test_a_bucket_that_cannot_be_used_is_one_line_naming_it(
         assert os.environ["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
 
 
-def test_a_server_that_pauses_mid_epoch_only_delays_the_loader(bucket_shards: str, s3_endpoint: str) -> None:
-    """The S3 server stopped (SIGSTOP) for 3 s while the training loader reads: the requests wait,
+def test_a_server_that_pauses_mid_epoch_only_delays_the_loader(
+    bucket_shards: str, s3_store: SeaweedFS
+) -> None:
+    """The S3 gateway stopped (SIGSTOP) for 3 s while the training loader reads: the requests wait,
     the epoch ends with every batch, none skipped."""
     data = DataConfig(
         shards=location(bucket_shards), num_frames=4, short_side=32, crop_size=32, num_workers=0
     )
-    server = next(p for p in psutil.Process().children() if "moto.server" in " ".join(p.cmdline()))
+    server = psutil.Process(s3_store.processes["gateway"].pid)
     loader = build_train_loader(data, batch_size=2, seed=0)
     batches = iter(loader)
     labels = [next(batches)[1]]
@@ -261,31 +281,25 @@ def test_a_shard_job_killed_mid_upload_leaves_only_whole_shards_and_the_rerun_fi
     assert [p for p in (tmp_path / "tmp").rglob("*") if p.is_file()] == []  # the killed job's staging removed
 
 
-def test_refused_credentials_are_one_line_naming_the_url(
-    synthetic_shards: tuple[Path, Path], tmp_path: Path
+def test_unsigned_and_wrongly_signed_requests_are_refused_and_a_wrong_secret_is_one_line_naming_the_url(
+    synthetic_shards: tuple[Path, Path], bucket: str, s3_endpoint: str
 ) -> None:
-    """On a server that checks signatures: the right keys shard into the bucket, a wrong secret is one
-    line (exit 1) that names the URL and never the secret."""
+    """The server takes only the session's keys: an unsigned request is refused (403), the right keys
+    shard into the bucket, a wrong secret is one line (exit 1) that names the URL and never the secret."""
     videos, _ = synthetic_shards
-    port = free_port()
-    with s3_server(port, tmp_path / "requests.log", authenticated_after=3) as endpoint:
-        key_id, secret = create_user(endpoint, "vidtx")
-        keys = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": key_id, "AWS_SECRET_ACCESS_KEY": secret}
-        boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id=key_id, aws_secret_access_key=secret
-        ).create_bucket(Bucket="signed")
-        arguments = [
-            "shard",
-            str(videos / "annotations.csv"),
-            "s3://signed/shards",
-            "--set=shard.processes=1",
-        ]
-        assert run_vidtx(*arguments, **keys).returncode == 0
-        wrong = "not-the-secret-" + secret[:4]
-        result = run_vidtx(*arguments, **(keys | {"AWS_SECRET_ACCESS_KEY": wrong}))
+    unsigned = subprocess.run(
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{s3_endpoint}/{bucket[5:]}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert unsigned.stdout == "403"
+    arguments = ["shard", str(videos / "annotations.csv"), f"{bucket}/shards", "--set=shard.processes=1"]
+    assert run_vidtx(*arguments).returncode == 0
+    secret = os.environ["AWS_SECRET_ACCESS_KEY"]
+    wrong = "not-the-secret-" + secret[:4]
+    result = run_vidtx(*arguments, AWS_SECRET_ACCESS_KEY=wrong)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"error: s3://signed/shards: access denied at {endpoint} (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
+        f"error: {bucket}/shards: access denied at {s3_endpoint} (check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)"
     ]
     assert wrong not in result.stdout + result.stderr
 

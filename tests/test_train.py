@@ -13,8 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -24,20 +22,18 @@ import torch
 from media import cut_in_video
 from mlflow import MlflowClient
 from sockets import exposed, listening_sockets, process_tree
-from training_runs import history, run_config
+from training_runs import history, logged_keys, run_config, trained_until, uninterrupted_keys
 
 from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig, ShardConfig, SourceConfig, dump_config, load_config
 from vidtx.data.shares import UnreadableShardsError, epoch_shards
-from vidtx.data.train_loader import build_train_loader
 from vidtx.eval.metrics import top_k_correct
 from vidtx.eval.multiview import predict_split
-from vidtx.locations import Location, location
+from vidtx.locations import location
 from vidtx.manifest import load_manifest
 from vidtx.stages.shard import shard_dataset
 from vidtx.stages.train import train
 from vidtx.stages.trained_model import load_trained_model
-from vidtx.storage import join
 from vidtx.tracking.rank_zero import STEP_METRIC
 from vidtx.tracking.runs import RUN_NAME_TAG
 from vidtx.train.payload import checkpoint_uri
@@ -114,33 +110,6 @@ def test_a_rank_whose_shards_yield_no_sample_fails_the_run_naming_them(
         train(config, run_name="unreadable")
 
 
-def registered_checkpoints(run_dir: Location) -> list[int]:
-    """The steps of the checkpoints Ray Train's controller has registered for the run in `run_dir`
-    (its `checkpoint_manager_snapshot.json`, Ray 2.60). Workers report checkpoints asynchronously:
-    only a registered one survives a kill, so the kill tests wait for one."""
-    try:
-        snapshot = json.loads(storage.read_text(join(run_dir, "checkpoint_manager_snapshot.json")))
-    except (FileNotFoundError, json.JSONDecodeError):  # not yet written, or being replaced
-        return []
-    return [result["metrics"]["step"] for result in snapshot["checkpoint_results"]]
-
-
-def trained_until(config: PipelineConfig, run_name: str, step: int, running: Callable[[], bool]) -> bool:
-    """Wait (5 min at most, while `running()`) until the run has logged `step` and Ray has registered
-    one of its checkpoints; whether it got there."""
-    client = MlflowClient(f"sqlite:///{config.workdir.resolve() / 'mlflow.db'}")
-    run_dir = join(location(config.train.storage_path), run_name)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and running():
-        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-        if runs and runs[0].data.tags.get("vidtx.checkpoint") is None:  # not finished
-            steps = [p.step for p in client.get_metric_history(runs[0].info.run_id, STEP_METRIC)]
-            if steps and max(steps) >= step and registered_checkpoints(run_dir):
-                return True
-        time.sleep(0.5)
-    return False
-
-
 def _kill_a_worker_after(config: PipelineConfig, step: int, killed: list[int]) -> None:
     """Wait until the run has logged `step` and has a registered checkpoint, then SIGKILL one Ray
     Train worker process."""
@@ -151,25 +120,6 @@ def _kill_a_worker_after(config: PipelineConfig, step: int, killed: list[int]) -
                 process.send_signal(signal.SIGKILL)
                 killed.append(process.pid)
                 return
-
-
-def logged_keys(folder: Path, rank: int) -> dict[int, list[str]]:
-    """{step: sample keys} of a rank's `train.sample_log`; a step trained again: its later line."""
-    lines = (folder / f"rank-{rank}.jsonl").read_text().splitlines()
-    return {record["step"]: record["keys"] for record in map(json.loads, lines)}
-
-
-def uninterrupted_keys(
-    config: PipelineConfig, rank: int, steps: int, monkeypatch: pytest.MonkeyPatch
-) -> dict[int, list[str]]:
-    """{step: sample keys} of rank `rank`'s first `steps` batches as a loader reads them from the start."""
-    monkeypatch.setenv("RANK", str(rank))
-    monkeypatch.setenv("WORLD_SIZE", str(config.train.num_workers))
-    loader = build_train_loader(config.data, batch_size=config.train.micro_batch_size, seed=config.train.seed)
-    keys: list[list[str]] = []
-    while len(keys) < steps:
-        keys += [batch.keys for batch in loader]
-    return dict(enumerate(keys[:steps], start=1))
 
 
 def test_killed_worker_restarts_from_the_latest_checkpoint(

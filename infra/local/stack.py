@@ -4,8 +4,9 @@ authentication on: `python -m infra.local.stack start|stop|purge` (make stack / 
 
 - PostgreSQL (Debian's binaries, run as the `postgres` user when started as root): one database and
   role each for MLflow and Prefect, in the stack's own folder, on a port of its own.
-- An S3 server (moto's server mode, the tests' one) that checks signatures: its IAM user's keys are
-  the only credentials it takes; the bucket `vidtx` (data, checkpoints) and `mlflow-artifacts`.
+- SeaweedFS (the tests' S3 server, `infra/local/s3_server.py`: its store and its S3 gateway) with its
+  data in `STACK/seaweedfs`; the stack's keys are the only credentials it takes; the buckets `vidtx`
+  (data, checkpoints) and `mlflow-artifacts`.
 - The MLflow tracking server on PostgreSQL, artifacts proxied to the S3 server (clients need no S3
   credentials for them), MLflow's basic-auth app (admin password generated here).
 - The Prefect server on PostgreSQL with its API auth string, a process work pool and a worker.
@@ -13,7 +14,8 @@ authentication on: `python -m infra.local.stack start|stop|purge` (make stack / 
 
 `start` writes `STACK/stack.env` (mode 600): the addresses and credentials every client reads,
 for `source`. `stop` ends exactly what `start` started (the pid files under `STACK/pids`) and keeps
-the data (PostgreSQL's folder; moto keeps objects in memory only); `purge` removes it too. STACK is
+the data (PostgreSQL's folder and SeaweedFS's: runs, models and shards survive a restart); `purge`
+removes it too. STACK is
 `runs/stack`, or $VIDTX_STACK_DIR. Secrets are generated once into `STACK/secrets.json` (mode 600)
 and never printed. Everything listens on 127.0.0.1 only, the Ray nodes included (`infra/local/ray_node.py`).
 """
@@ -34,7 +36,7 @@ from infra.local.leftovers import left_running, marked, new_token
 from infra.local.ports import free_port
 from infra.local.postgres import Postgres
 from infra.local.processes import end_tree, end_trees, spawn, wait_for_http, wait_for_ray_nodes
-from infra.local.s3_server import create_user
+from infra.local.s3_server import SeaweedFS, create_bucket
 from vidtx.env import apply_defaults
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +52,7 @@ DEFAULT_PORTS = {
 }
 BUCKETS = ("vidtx", "mlflow-artifacts")
 WORK_POOL = "vidtx-process"
-RESTARTABLE = ("postgres", "mlflow", "prefect-server", "prefect-worker")
+RESTARTABLE = ("postgres", "s3", "mlflow", "prefect-server", "prefect-worker")
 
 
 @dataclass
@@ -73,15 +75,20 @@ class Stack:
     def settings(self) -> dict:
         """Ports and secrets, made once and kept (a restarted stack finds its databases' passwords)."""
         path = self.folder / "secrets.json"
-        if path.exists():
-            return json.loads(path.read_text())
+        kept = json.loads(path.read_text()) if path.exists() else {}
         token = lambda: secrets.token_urlsafe(18)  # noqa: E731
         ports = {
             name: int(os.environ.get(f"STACK_{name.upper()}_PORT", DEFAULT_PORTS[name])) for name in PORTS
         }
         made = {"ports": ports, "postgres": token(), "mlflow_db": token(), "prefect_db": token(),
                 "mlflow_admin": token(), "prefect_admin": token(), "ray_token": secrets.token_hex(32),
-                "flask_secret": token(), "s3": None}  # fmt: skip
+                "flask_secret": token(), "s3": {"key": f"vidtx-{secrets.token_hex(6)}", "secret": token()},
+                "seaweedfs_ports": SeaweedFS(self.folder, 0, {}).ports}  # fmt: skip
+        if kept and all(kept.get(name) for name in made):
+            return kept
+        made |= {
+            name: value for name, value in kept.items() if value
+        }  # an older stack's: what it lacked added
         self.folder.mkdir(parents=True, exist_ok=True)
         self._write_private(path, json.dumps(made))
         return made
@@ -94,7 +101,7 @@ class Stack:
             "MLFLOW_TRACKING_USERNAME": "admin",
             "MLFLOW_TRACKING_PASSWORD": settings["mlflow_admin"],
             # artifacts come through the server too: MLflow 3 otherwise downloads from the bucket by
-            # presigned URLs, which the S3 server here does not verify (and a laptop may not reach)
+            # presigned URLs, which a laptop may not reach
             "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
             "PREFECT_API_URL": f"http://127.0.0.1:{ports['prefect']}/api",
             "PREFECT_API_AUTH_STRING": f"admin:{settings['prefect_admin']}",
@@ -182,8 +189,11 @@ class Stack:
         worker = Service(
             [str(BIN / "prefect"), "worker", "start", "--pool", WORK_POOL], base | prefect | clients
         )
-        return {"mlflow": mlflow, "prefect-server": prefect_server, "ray-head": ray_head,
-                "ray-worker": ray_worker, "prefect-worker": worker}  # fmt: skip
+        seaweedfs = self._seaweedfs(settings)
+        store, gateway = seaweedfs.commands().values()
+        return {"s3-store": Service(store, base, f"http://127.0.0.1:{seaweedfs.ports['master']}/cluster/healthz"),
+                "s3": Service(gateway, base, seaweedfs.health), "mlflow": mlflow, "prefect-server": prefect_server,
+                "ray-head": ray_head, "ray-worker": ray_worker, "prefect-worker": worker}  # fmt: skip
 
     def start(self) -> dict[str, str]:
         if any(self.pids.glob("*.pid")):
@@ -193,31 +203,17 @@ class Stack:
         self._owner.write_text(new_token("make stack"))
         settings = self.settings()
         ports = settings["ports"]
-        base = self._environment()
         self._postgres(settings).start(self.logs)
         self._postgres(settings).create_databases(
             {name: settings[f"{name}_db"] for name in ("mlflow", "prefect")}
         )
 
-        # S3: three unsigned requests make the IAM user, then every request must be signed with its keys
-        endpoint = f"http://127.0.0.1:{ports['s3']}"
-        self._start({"s3": Service([str(BIN / "python"), "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports["s3"])],
-                                  base | {"INITIAL_NO_AUTH_ACTION_COUNT": "3"}, f"{endpoint}/moto-api/")})  # fmt: skip
-        # boto3 signs the bootstrap requests with whatever keys it finds; moto does not check those three
-        os.environ |= {
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "bootstrap",
-            "AWS_SECRET_ACCESS_KEY": "bootstrap",
-        }
-        key, secret = create_user(endpoint, "vidtx")
-        settings["s3"] = {"key": key, "secret": secret}  # moto forgets its users: new keys each start
-        self._write_private(self.folder / "secrets.json", json.dumps(settings))
-        import boto3
-
-        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
-                          region_name="us-east-1")  # fmt: skip
-        for bucket in BUCKETS:
-            s3.create_bucket(Bucket=bucket)
+        services = self._services(settings)
+        self._start({name: services[name] for name in ("s3-store", "s3")})
+        os.environ |= {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": settings["s3"]["key"],
+                       "AWS_SECRET_ACCESS_KEY": settings["s3"]["secret"]}  # fmt: skip
+        for bucket in BUCKETS:  # kept from an earlier start, or made
+            create_bucket(f"http://127.0.0.1:{ports['s3']}", bucket)
         clients = self.client_environment(settings)
         # MLflow checks the password's scrypt hash on each request (0.1 s of CPU here) unless it caches
         # a checked credential: a model's upload and check, ~200 requests, took 30 s of the stack's
@@ -228,7 +224,6 @@ class Stack:
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth",
             "auth_cache_ttl_seconds = 60", "",
         ]))  # fmt: skip
-        services = self._services(settings)
         self._start({name: services[name] for name in ("mlflow", "prefect-server", "ray-head")})
         # the work pool is made while the second Ray node joins (each takes seconds)
         work_pool = subprocess.Popen([str(BIN / "prefect"), "work-pool", "create", WORK_POOL, "--type", "process",
@@ -266,6 +261,11 @@ class Stack:
                        "--work-pool", WORK_POOL]  # fmt: skip
             subprocess.run(orphans, env=services[name].env, check=True, capture_output=True)
         self._start({name: services[name]})
+
+    def _seaweedfs(self, settings: dict) -> SeaweedFS:
+        s3 = settings["s3"]
+        return SeaweedFS(self.folder / "seaweedfs", settings["ports"]["s3"], {s3["key"]: s3["secret"]},
+                         settings["seaweedfs_ports"])  # fmt: skip
 
     def _postgres(self, settings: dict) -> Postgres:
         return Postgres(self.folder, settings["ports"]["postgres"], settings["postgres"])

@@ -56,10 +56,6 @@ def epoch_shards(urls: list[str], seed: int, epoch: int, rank: int, world_size: 
     return [urls[i] for i in order[rank::world_size]]
 
 
-def _go_on(err: Exception) -> bool:
-    return True
-
-
 class PassLedger:
     """What each pass of `CycledSamples` over a rank's shards gave the decoder. The reader records how
     many samples a pass had once it is over, the decoder how many clips each sample gave; a pass whose
@@ -97,8 +93,9 @@ class PassLedger:
 class CycledSamples(torch.utils.data.IterableDataset):
     """An endless stream of samples from one rank's shards, split by DataLoader worker (a worker left
     without one reads all of the rank's), in a new order each pass; each sample carries its pass's
-    number as `__pass__` for the decoder's entries in `ledger`. Read errors go to `handler` on the
-    first pass only: later passes meet the same ones."""
+    number as `__pass__` for the decoder's entries in `ledger`. Read errors go to `handler` on every
+    pass: a shard is never skipped without a line, whether it is damaged (a line each pass) or was
+    unreadable while its store was down for longer than the client's retries."""
 
     def __init__(
         self,
@@ -132,7 +129,7 @@ class CycledSamples(torch.utils.data.IterableDataset):
         ):
             fetcher = FetchAhead(self.cache, self.fetch)
         copies = fetcher or self.cache
-        handler, order = self.handler, next(passes)
+        order = next(passes)
         if fetcher is not None:
             fetcher.plan(order)
         try:
@@ -141,11 +138,11 @@ class CycledSamples(torch.utils.data.IterableDataset):
                 if fetcher is not None:
                     fetcher.plan(following)
                 read = 0
-                for sample in tar_samples([{"url": url} for url in order], handler, copies):
+                for sample in tar_samples([{"url": url} for url in order], self.handler, copies):
                     read += 1
                     yield sample | {"__pass__": number}
                 self.ledger.read(number, read, unreadable)
-                handler, order = _go_on, following
+                order = following
         finally:
             if fetcher is not None:
                 fetcher.close()

@@ -60,6 +60,7 @@ from vidtx.storage.paths import (
     with_scheme,
 )
 from vidtx.storage.ranged import RANGE_CHUNK, ObjectFile, readable_file
+from vidtx.storage.run_storage import run_storage
 from vidtx.storage.stat import (
     FileState,
     blocking_file,
@@ -72,7 +73,6 @@ from vidtx.storage.stat import (
     size,
     walk,
 )
-from vidtx.storage.whole_files import run_filesystem
 
 __all__ = [
     "CHECK_ATTEMPTS",
@@ -119,7 +119,7 @@ __all__ = [
     "readable_file",
     "relative_name",
     "remove_partial",
-    "run_filesystem",
+    "run_storage",
     "sha256",
     "size",
     "staged",

@@ -33,12 +33,12 @@ def configure(endpoint_url: str | None, region: str | None) -> None:
         os.environ["AWS_DEFAULT_REGION"] = region
 
 
-RETRY_ATTEMPTS = 8  # tries of one S3 request before its error is raised
-CHECK_ATTEMPTS = 2  # tries of the start-up check: an unreachable endpoint is told in seconds, not a minute
+RETRY_ATTEMPTS = 10  # retries of one S3 request before its error is raised: 51 s of waits (below)
+CHECK_ATTEMPTS = 2  # retries of the start-up check: an unreachable endpoint is told at once, not in a minute
 
 
 @functools.cache
-def _filesystem(
+def bucket_filesystem(
     scheme: str, endpoint_url: str | None, region: str | None, attempts: int = RETRY_ATTEMPTS
 ) -> fs.FileSystem:
     if scheme == "gs":
@@ -51,14 +51,16 @@ def _filesystem(
     if endpoint_url:
         parts = urlsplit(endpoint_url)
         options |= {"endpoint_override": parts.netloc or parts.path, "scheme": parts.scheme or "https"}
-    # Transient errors (5xx, throttling, a reset or refused connection) are retried by the AWS SDK with
-    # exponential backoff (its standard strategy: up to 20 s between tries); a request waits up to
-    # 30 s for an answer, so a server that pauses for a few seconds costs only that time.
+    # Transient errors (5xx, throttling, a reset or refused connection) are retried by the AWS SDK after
+    # 50 ms, 100 ms, ... doubling (its default strategy: no jitter, so the wait is known): 10 retries
+    # span 51 s, so a store down for that long (a gateway restarted, a store killed and restarted: the
+    # fault tests stop one for 20 s) costs the training only the wait, where the standard strategy's
+    # random backoff gave up after 39-64 s. A request waits up to 30 s for an answer.
     return fs.S3FileSystem(
         **options,
         connect_timeout=5,
         request_timeout=30,
-        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=attempts),
+        retry_strategy=fs.AwsDefaultS3RetryStrategy(max_attempts=attempts),
     )
 
 
@@ -68,7 +70,9 @@ def filesystem(where: Location, attempts: int = RETRY_ATTEMPTS) -> tuple[fs.File
     if not is_remote(where):
         return fs.LocalFileSystem(), str(Path(where).absolute())
     scheme, _, path = str(where).partition("://")
-    return _filesystem(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION"), attempts), path.rstrip("/")
+    return bucket_filesystem(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION"), attempts), path.rstrip(
+        "/"
+    )
 
 
 def file_info(where: Location, named: Location | None = None, attempts: int = RETRY_ATTEMPTS) -> fs.FileInfo:

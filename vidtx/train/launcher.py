@@ -94,6 +94,7 @@ def _build_trainer(
     # which checkpoints Ray keeps as the best
     score, order = objective_type(payload.objective, payload.config).score
     resources = {"CPU": train_cfg.cpus_per_worker} | ({"GPU": 1} if train_cfg.use_gpu else {})
+    run_filesystem, run_path = storage.run_storage(location(storage_path))
     return _Trainer(
         train_loop_per_worker,
         train_loop_config=payload.model_dump(mode="json"),
@@ -106,9 +107,10 @@ def _build_trainer(
         ),
         run_config=RunConfig(
             name=run_name,
-            storage_path=storage_path,
-            # on disk, a run killed while Ray writes its snapshot or a checkpoint resumes from the last whole one
-            storage_filesystem=storage.run_filesystem(location(storage_path)),
+            # vidtx's file systems (`storage.run_storage`): on disk, a run killed while Ray writes its
+            # snapshot or a checkpoint resumes from the last whole one; in a bucket, vidtx's retries
+            storage_filesystem=run_filesystem,
+            storage_path=run_path,
             failure_config=FailureConfig(max_failures=train_cfg.max_failures),
             callbacks=list(callbacks),
             checkpoint_config=CheckpointConfig(
