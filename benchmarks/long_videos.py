@@ -7,7 +7,7 @@ its own:
 
 - `segments`: what the served model and `vidtx predict` do (`vidtx.media.segments`): decord is given
   small MP4s of the groups of pictures that hold the frames asked for;
-- `segments, bucket`: the same from an object in a bucket (moto's S3 server on 127.0.0.1), read by
+- `segments, bucket`: the same from an object in a bucket (SeaweedFS on 127.0.0.1, `benchmarks/local_bucket.py`), read by
   ranged GETs (`vidtx.storage.ObjectFile`); the bytes it reads, against the object's, and its GETs;
 - `whole file`: the baseline, one decord reader over the file, whose memory grows with the encoded
   length it has read past (about the file).
@@ -22,19 +22,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 
-from benchmarks.object_storage import s3_environment
+from benchmarks.local_bucket import local_bucket
 from benchmarks.results import BenchmarkResult, Table, fmt
-from infra.local.ports import free_port
-from infra.local.s3_server import create_bucket, requests, s3_server
+from infra.local.latency_proxy import requests
 from vidtx import storage
 from vidtx.media.encode import encode_mp4
 
@@ -129,13 +126,8 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
     lengths = QUICK_MINUTES if quick else MINUTES
     tasks = {"decoding alone": DECODE, "scoring": SCORE}
     raw: dict[str, dict[str, dict[str, dict]]] = {task: {way: {} for way in MODES} for task in tasks}
-    port = free_port()
-    with (
-        tempfile.TemporaryDirectory() as folder,
-        mock.patch.dict(os.environ, s3_environment(port)),
-        s3_server(port, Path(folder) / "s3.log") as endpoint,
-    ):
-        bucket = create_bucket(endpoint, "long-videos")
+    with tempfile.TemporaryDirectory() as folder, local_bucket(Path(folder), "long-videos") as local:
+        bucket = local.url
         for minutes in lengths:
             video = Path(folder) / f"{minutes}min.mp4"
             size = write_video(video, minutes)
@@ -144,7 +136,7 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
                 for way in MODES:
                     log.info("%s: a %g-minute video window by window (%s)", task, minutes, way)
                     where = f"{bucket}/{video.name}" if way.endswith("bucket") else str(video)
-                    figures = measure(script, where, way, Path(folder) / "s3.log")
+                    figures = measure(script, where, way, local.log)
                     raw[task][way][f"{minutes:g} min"] = figures | {"file_mb": size / 1e6}
             video.unlink()
             storage.delete(f"{bucket}/{video.name}")

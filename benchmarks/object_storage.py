@@ -1,32 +1,30 @@
 """Issue 29: the training loader reading shards from a bucket against the same shards on local disk.
 
 Data: the "10 s" dataset of `benchmarks.data_loading` (synthetic 10-s 640x360 30-fps videos,
-Kinetics-like length), sharded by `vidtx shard` straight into a bucket of a local S3 server (moto's
-server mode on 127.0.0.1, `infra/local/s3_server.py`) and onto local disk, as two stores: re-encoded
+Kinetics-like length), sharded by `vidtx shard` straight into a bucket of SeaweedFS on 127.0.0.1
+(`benchmarks/local_bucket.py`) and onto local disk, as two stores: re-encoded
 video (short side 256, a keyframe every 16 frames) and frames (JPEG, short side 256). Loader:
 `build_train_loader` at 8x224 with the default training augmentation, in process (no DataLoader
 worker, one thread), one epoch per measurement. CPU time is this process's (`time.process_time`: the
 loader and the S3 client's threads), not the S3 server's, which shares the machine's 2 cores.
-Requests are counted in the server's log; bytes per clip are those the loader asked for (the ranged
+Requests are counted in the log of the recorder in front of the server; bytes per clip are those the loader asked for (the ranged
 reads of the frames store, the whole tars streamed for the video store).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import time
 from functools import partial
 from pathlib import Path
-from unittest import mock
 
 from benchmarks.data_loading import LOADER, gpu_demand
+from benchmarks.local_bucket import local_bucket
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, interleaved, round_ratios, torch_threads
 from benchmarks.videos import shard_store, write_busy_videos, write_copies
-from infra.local.ports import free_port
-from infra.local.s3_server import create_bucket, requests, s3_server
+from infra.local.latency_proxy import requests
 from vidtx import storage
 from vidtx.data.train_loader import build_train_loader
 from vidtx.locations import Location
@@ -95,9 +93,8 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
             write_busy_videos(work / "distinct", 2 if quick else 4), work / "busy" / "busy", copies
         )
         log.info("object storage: %d videos", len(videos))
-        port = free_port()
-        with mock.patch.dict(os.environ, s3_environment(port)), s3_server(port, work / "s3.log") as endpoint:
-            bucket = create_bucket(endpoint, "bench")
+        with local_bucket(work, "bench") as local:
+            bucket = local.url
             shards = {
                 (store, where): shard_store(work / "busy", target, store)
                 for store in STORES
@@ -124,7 +121,7 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
                 case: bucket_traffic(
                     shards[(store, "bucket")],
                     sampling,
-                    work / "s3.log",
+                    local.log,
                     work / "cache" / case if cached else None,
                 )
                 for case, (store, sampling, cached) in CASES.items()
@@ -153,16 +150,6 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
         notes=notes(cpu, traffic, demand),
         quick=quick,
     )
-
-
-def s3_environment(port: int) -> dict[str, str]:
-    """The AWS_* variables of the benchmark's S3 server on `port` (the loader reads them)."""
-    return {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
 
 
 def bucket_traffic(shards: str, sampling: str, log_file: Path, cache_dir: Path | None) -> dict[str, float]:

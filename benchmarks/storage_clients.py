@@ -4,17 +4,18 @@
 Clients: pyarrow.fs as `vidtx.storage.filesystem` builds it (the baseline; `read_at` of files kept
 open, as `storage.read_range`), obstore (Rust), s3fs (fsspec, aiobotocore) and boto3, with 5 s to
 connect, 30 s per request and 8 tries where they take such options; a missing package is skipped.
-Server: moto's on 127.0.0.1, with 64 MiB of random bytes as 4 objects of 16 MiB (moto copies an
-object whole for every GET: 80 ms a GET of a 64 MiB one here) and 200 objects of 1 KiB under a prefix.
+Server: SeaweedFS on 127.0.0.1 (`benchmarks/local_bucket.py`), with 64 MiB of random bytes as 4
+objects of 16 MiB and 200 objects of 1 KiB under a prefix.
 Measured: ranged GETs of 256 KiB, 1 MiB and 8 MiB at random offsets (the same for every client), a
 HEAD, a listing; for pyarrow and obstore, 1 MiB GETs N = 1, 2, 4, 8 at a time (N threads calling
 pyarrow's `read_at`, which releases the GIL; N coroutines awaiting obstore's `get_range_async`). CPU
 is this process's (`time.process_time`: the caller's and the client's own threads), not the server's,
 which runs beside it on the same 2 cores; wall time too. First every client reads the same ranges,
 checked byte for byte against the uploaded bytes, HEADs and lists: a warm-up, whose requests the
-server's log counts. moto spends milliseconds of CPU per request where a real bucket's first byte
-takes tens of milliseconds of waiting: in-flight rates are capped here by moto's CPU on the client's
-cores, and scale with the single-request wall time (hiding latency L at R requests/s takes R x L).
+recorder in front of the server counts. The server answers in about a millisecond where a real
+bucket's first byte takes tens of milliseconds of waiting: in-flight rates here are capped by the
+server's and the recorder's CPU on the same 2 cores, and scale with the single-request wall time
+(hiding latency L at R requests/s takes R x L).
 """
 
 from __future__ import annotations
@@ -34,17 +35,15 @@ from dataclasses import dataclass
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
-from unittest import mock
 
-import boto3  # moto's own dependency, and `create_bucket`'s
+import boto3
 from botocore.config import Config
 from pyarrow import fs
 
-from benchmarks.object_storage import s3_environment
+from benchmarks.local_bucket import local_bucket
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, interleaved, round_ratios
-from infra.local.ports import free_port
-from infra.local.s3_server import create_bucket, requests, s3_server
+from infra.local.latency_proxy import requests
 from vidtx import storage
 
 log = logging.getLogger(__name__)
@@ -165,7 +164,6 @@ def verify(clients: dict[str, Client], objects: dict[str, bytes], reads: dict, l
                 expected = [PART if operation == "HEAD" else SMALL_OBJECTS]
             if answers != expected:
                 raise RuntimeError(f"{name}: its {operation} differs from the uploaded objects")
-            time.sleep(0.2)  # the server logs a request after answering it
             made[f"{operation}|{name}"] = len(requests(log_file, mark)) / len(answers)
     return made
 
@@ -209,19 +207,17 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
         read: [(rng.choice(BIG), rng.randrange(PART - size), size) for _ in range(counts[read])]
         for read, size in (*READS.items(), ("in flight", MIB))
     }
-    found, port = versions(), free_port()
-    environment = s3_environment(port) | {"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(2 * PART)}  # not on disk
+    found = versions()
     with (
         tempfile.TemporaryDirectory(prefix="vidtx-bench-clients-") as tmp,
-        mock.patch.dict(os.environ, environment),
-        s3_server(port, Path(tmp) / "s3.log") as endpoint,
+        local_bucket(Path(tmp), BUCKET) as local,
     ):
-        create_bucket(endpoint, BUCKET)
+        endpoint = os.environ["AWS_ENDPOINT_URL"]  # the recorder
         uploads = boto3.client("s3", endpoint_url=endpoint)
         for path, body in objects.items():
             uploads.put_object(Bucket=BUCKET, Key=path, Body=body)
         clients = {name: FACTORIES[name](endpoint) for name in PACKAGES if found[name]}
-        made = verify(clients, objects, reads, Path(tmp) / "s3.log")
+        made = verify(clients, objects, reads, local.log)
         wall: dict[str, list[float]] = {}
         cpu = interleaved(measurements(clients, reads, counts, wall), rounds)
     seconds = {key: Samples(tuple(values)) for key, values in wall.items()}

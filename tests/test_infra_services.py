@@ -44,7 +44,8 @@ def test_service_addresses_use_the_named_ports() -> None:
     kubernetes_services = {
         d["metadata"]["name"]: d for d in docs("k8s/services.yaml") if d["kind"] == "Service"
     }
-    assert set(kubernetes_services) == set(NAMES["services"])
+    # and SeaweedFS's store, which only its gateway and the bucket job reach (by host:port, no URL)
+    assert set(kubernetes_services) == set(NAMES["services"]) | {"seaweedfs"}
     for name, port in NAMES["services"].items():
         assert kubernetes_services[name]["spec"]["ports"][0]["port"] == port
         assert name in COMPOSE["services"]
@@ -88,7 +89,7 @@ def test_compose_publishes_on_localhost_and_keeps_secrets_in_the_env_file() -> N
     assert ignored.returncode == 0, "infra/docker/.env must be ignored by git"
 
     one_shot = {name for name, s in services.items() if "restart" not in s}
-    assert one_shot == {"minio-setup"}
+    assert one_shot == {"s3-buckets"}
     for name, service in services.items():
         assert name in one_shot or "healthcheck" in service, f"{name} has no health check"
         for dependency in service.get("depends_on", {}):
@@ -103,7 +104,12 @@ def test_compose_publishes_on_localhost_and_keeps_secrets_in_the_env_file() -> N
             assert (INFRA / "docker" / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
     for database in NAMES["databases"]:
         assert f"create_database {database} " in (INFRA / "docker/postgres/init-databases.sh").read_text()
-    assert services["minio-setup"]["environment"]["BUCKET"] == NAMES["mlflow-bucket"]
+    assert NAMES["mlflow-bucket"] in services["s3-buckets"]["environment"]["BUCKETS"].split()
+    assert services["s3"]["environment"]["BUCKET"] == NAMES["mlflow-bucket"]
+    assert (
+        services["mlflow"]["environment"]["MLFLOW_S3_ENDPOINT_URL"] == f"http://s3:{NAMES['services']['s3']}"
+    )
+    assert "minio" not in text.lower()
 
 
 def test_service_settings_are_known_to_prefect_and_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,7 +128,7 @@ def test_service_settings_are_known_to_prefect_and_mlflow(monkeypatch: pytest.Mo
         "mlflow": [COMPOSE["services"]["mlflow"]],
     }
     for d in docs("k8s/services.yaml"):
-        if d["kind"] == "Deployment":
+        if d["kind"] == "Deployment" and d["metadata"]["name"] in server_containers:
             server_containers[d["metadata"]["name"]] += containers(d)
     for container in server_containers["prefect-server"]:
         names = {n for n in env_names(container) if n.startswith("PREFECT_")} - set(ENV_EXAMPLE)

@@ -81,7 +81,9 @@ class SeaweedFS:
         for name, command in self.commands().items():
             if name in (names or ("store", "gateway")):
                 with (self.folder / f"{name}.log").open("ab") as log:
-                    self.processes[name] = subprocess.Popen(command, stdout=log, stderr=log)
+                    self.processes[name] = subprocess.Popen(
+                        command, stdout=log, stderr=log, env=_environment()
+                    )
         deadline = time.monotonic() + timeout
         while not _answers(self.health):
             if exited := [name for name, process in self.processes.items() if process.poll() is not None]:
@@ -96,6 +98,12 @@ class SeaweedFS:
             if process := self.processes.pop(name, None):
                 process.kill() if kill else process.terminate()
                 process.wait(timeout=30)
+
+
+def _environment() -> dict[str, str]:
+    """This process's environment less AWS_*: SeaweedFS makes an administrator of any keys it finds
+    there, and takes no credentials but its users' file's."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
 
 
 def _answers(url: str) -> bool:
