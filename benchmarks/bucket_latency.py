@@ -1,21 +1,21 @@
 """Issue 47: the training loader reading a bucket 20 and 50 ms away, cache cold, against local disk.
 
 Data: the "10 s" videos of `benchmarks.data_loading` (synthetic 10-s 640x360 30-fps, Kinetics-like
-length), one video per shard, sharded into a bucket of a local S3 server (moto's server mode on
-127.0.0.1) and onto local disk as both stores: re-encoded video (short side 256) and frames (JPEG,
+length), sharded as `vidtx shard` does by default (up to 1,000 videos a shard: here one shard a split)
+into a bucket of SeaweedFS on 127.0.0.1 (`benchmarks/local_bucket.py`) and onto local disk as both stores: re-encoded video (short side 256) and frames (JPEG,
 short side 256). The bucket is read through `infra/local/latency_proxy.py`, which holds every
 request back 20 or 50 ms (a cloud bucket's first-byte latency in its region), with a cold cache
 (`data.cache_dir` empty at the start of each epoch): with fetch-ahead (the defaults of
 `data.fetch_ahead`, `fetch_requests`, `fetch_part_mb`) and without (`data.fetch_ahead: 0`: each
 shard fetched when its read starts, as one stream); and the frames store without a cache, where a
 clip reads only its frames (a ranged GET per span of frames within `RANGE_SLACK` of each other, all
-in flight at once), with read-ahead (`data.read_ahead`, its default) and without. Loader:
+in flight at once), with read-ahead (`data.read_ahead`, its default of 2, and 8 and 16) and without. Loader:
 `build_train_loader` at 8x224, segment sampling, the default augmentation, a shuffle buffer of 2
 (small beside the epoch, as a real one is beside a real epoch), in process (no DataLoader worker),
 one epoch per measurement. CPU time is this process's (`time.process_time`: the loader and the
-fetcher's threads); the S3 server's own CPU (moto, one Python process, sharing the machine's 2 cores
-with the loader and the proxy) is measured apart, per clip: where it nears the wall time per clip,
-the test server, not the loader, is the limit. MB per clip is what came from the bucket (whole tars
+fetcher's threads), pinned to one core; SeaweedFS (its store and gateway) and the latency proxy are
+pinned to the other, and their CPU is measured apart, per clip: where it nears the wall time per clip
+(their core saturated), the test server, not the loader, is the limit. MB per clip is what came from the bucket (whole tars
 into the cache, or the ranged GETs); "÷ frames" divides it by the bytes of the JPEG frames the clip
 decodes.
 """
@@ -31,16 +31,15 @@ from functools import partial
 from pathlib import Path
 from unittest import mock
 
-import psutil
-
-from benchmarks.object_storage import epoch, s3_environment
+from benchmarks.local_bucket import local_bucket
+from benchmarks.object_storage import epoch
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.timing import Samples, interleaved, round_ratios
 from benchmarks.videos import shard_store, write_busy_videos, write_copies
-from infra.local.latency_proxy import latency_proxy
+from infra.local.latency_proxy import latency_proxy, requests
 from infra.local.ports import free_port
-from infra.local.s3_server import create_bucket, requests, s3_server
 from vidtx import storage
+from vidtx.config import ShardConfig
 from vidtx.manifest import load_manifest
 from vidtx.storage import objects
 
@@ -52,6 +51,7 @@ STORES = ("re-encoded", "frames")
 DELAYS_MS = (20, 50)
 FRAMES = 8
 SLOWEST = f"{DELAYS_MS[-1]} ms"
+MORE_READ_AHEAD = (8, 16)  # beside the default (`data.read_ahead`): what more samples in flight win
 WITH_CACHE = ["disk", *(f"{delay} ms" for delay in DELAYS_MS), f"{SLOWEST}, no fetch-ahead"]
 # the frames store is also read without a cache: a ranged GET per clip, `data.read_ahead` in flight
 CASES = {
@@ -60,6 +60,7 @@ CASES = {
         *WITH_CACHE,
         *(f"{delay} ms, no cache" for delay in DELAYS_MS),
         f"{SLOWEST}, no cache, no read-ahead",
+        *(f"{SLOWEST}, no cache, read-ahead {ahead}" for ahead in MORE_READ_AHEAD),
     ],
 }
 
@@ -69,24 +70,18 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
     with tempfile.TemporaryDirectory(prefix="vidtx-bench-latency-") as tmp:
         work = Path(tmp)
         videos = write_copies(write_busy_videos(work / "distinct", 4), work / "busy" / "busy", copies)
-        log.info("bucket latency: %d videos, one per shard", len(videos))
-        port = free_port()
-        with mock.patch.dict(os.environ, s3_environment(port)), s3_server(port, work / "s3.log") as endpoint:
-            bucket = create_bucket(endpoint, "bench")
+        log.info("bucket latency: %d videos, sharded as vidtx shard does by default", len(videos))
+        per_shard = ShardConfig.model_fields["max_samples_per_shard"].default
+        with local_bucket(work, "bench") as local:
+            bucket = local.url
             shards = {
-                (store, where): shard_store(work / "busy", target, store, max_samples_per_shard=1)
+                (store, where): shard_store(work / "busy", target, store, max_samples_per_shard=per_shard)
                 for store in STORES
                 for where, target in (("disk", work / "shards" / store), ("bucket", f"{bucket}/{store}"))
             }
             proxies = {delay: free_port() for delay in DELAYS_MS}
             seconds: dict[str, list[float]] = {}
             traffic: dict[str, dict[str, float]] = {}
-
-            server = next(
-                child
-                for child in psutil.Process().children(recursive=True)
-                if "moto.server" in child.cmdline() and str(port) in child.cmdline()
-            )
 
             def measure(store: str, case: str) -> float:
                 """One epoch of `case` (one of CASES); its CPU s / clip."""
@@ -119,15 +114,16 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
                 cache = None if "no cache" in case else work / "cache" / store
                 settings = {"fetch_ahead": 0} if "no fetch-ahead" in case else {}
                 settings |= {"read_ahead": 0} if "no read-ahead" in case else {}
+                settings |= {"read_ahead": int(case.split()[-1])} if "read-ahead " in case else {}
                 if cache is not None:
                     shutil.rmtree(cache, ignore_errors=True)  # cold
-                mark, server_cpu = (work / "s3.log").stat().st_size, sum(server.cpu_times()[:2])
+                mark, server_cpu = local.log.stat().st_size, local.server_cpu()
                 proxied = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxies[delay]}"}
                 with mock.patch.dict(os.environ, proxied):
                     clips, wall, cpu = epoch(
                         shards[(store, "bucket")], shuffle_buffer=2, cache_dir=cache, **settings
                     )
-                made = requests(work / "s3.log", mark)
+                made = requests(local.log, mark)
                 downloaded = (
                     counts["fetched"]
                     if cache is None
@@ -137,13 +133,17 @@ def run(output_dir: Path, quick: bool = False) -> BenchmarkResult:
                     "requests": len(made) / clips,
                     "bytes": downloaded / clips,
                     "frame_bytes": counts["frames"] / clips,
-                    "server_cpu": (sum(server.cpu_times()[:2]) - server_cpu) / clips,
+                    "server_cpu": (local.server_cpu() - server_cpu) / clips,
+                    "server_busy": (local.server_cpu() - server_cpu) / wall,
                 }
                 return clips, wall, cpu
 
             with contextlib.ExitStack() as running:
                 for delay, proxy_port in proxies.items():
-                    running.enter_context(latency_proxy(proxy_port, port, delay))
+                    running.enter_context(
+                        latency_proxy(proxy_port, local.server.s3_port, delay, log=local.log)
+                    )
+                local.pin()
                 cpu = interleaved(
                     {
                         f"{store}|{case}": partial(measure, store, case)
@@ -196,6 +196,7 @@ def tables(
                     fmt(cpu[key].median * 1e3),
                     fmt(round_ratios(cpu[key], disk_cpu).median, 2) if bucket else "1",
                     fmt(per_clip["server_cpu"] * 1e3) if bucket else "",
+                    busy(per_clip["server_busy"]) if bucket else "",
                     fmt(per_clip["requests"], 2) if bucket else "",
                     fmt(per_clip["bytes"] / 1e6, 2) if bucket else "",
                     fmt(per_clip["bytes"] / frame_bytes, 2) if bucket and frame_bytes else "",
@@ -203,7 +204,7 @@ def tables(
             )
     return [
         Table(
-            "Loader at 8x224, one core, in process: local disk against a bucket 20 and 50 ms away, cache cold",
+            "Loader at 8x224, one core, in process: local disk against a bucket 20 and 50 ms away, cache cold (SeaweedFS and the proxy on the other core)",
             [
                 "store",
                 "read from",
@@ -212,6 +213,7 @@ def tables(
                 "CPU ms / clip",
                 "CPU ÷ disk",
                 "S3 server CPU ms / clip",
+                "its core busy",
                 "requests / clip",
                 "MB / clip",
                 "MB ÷ frames",
@@ -219,6 +221,11 @@ def tables(
             rows,
         )
     ]
+
+
+def busy(fraction: float) -> str:
+    """The server's core use over an epoch, and whether it was the limit."""
+    return f"{fmt(fraction * 100)}%" + (" (saturated)" if fraction > 0.9 else "")
 
 
 def notes(
@@ -243,7 +250,8 @@ def notes(
         )
     frames = {
         case: round_ratios(wall["frames|disk"], wall[f"frames|{case}"]).median
-        for case in CASES["frames"][-3:]
+        for case in CASES["frames"]
+        if "no cache" in case
     }
     uncached = [(delay, f"frames|{delay} ms, no cache") for delay in DELAYS_MS]
     lines.append(
@@ -258,5 +266,12 @@ def notes(
         f"server spends {fmt(traffic[uncached[-1][1]]['server_cpu'] * 1e3)} ms of CPU per clip at {SLOWEST}, "
         f"{fmt(traffic[uncached[-1][1]]['server_cpu'] / wall[uncached[-1][1]].median * 100, 2)}% of the wall time "
         "per clip (one core is 100%)."
+    )
+    deeper = {ahead: frames[f"{SLOWEST}, no cache, read-ahead {ahead}"] for ahead in MORE_READ_AHEAD}
+    deepest = f"frames|{SLOWEST}, no cache, read-ahead {MORE_READ_AHEAD[-1]}"
+    lines.append(
+        f"frames without a cache at {SLOWEST}, more samples read ahead: "
+        + ", ".join(f"{fmt(ratio, 2)}x disk's clips/s with {ahead}" for ahead, ratio in deeper.items())
+        + f", at {fmt(round_ratios(cpu[deepest], cpu['frames|disk']).median, 2)}x disk's CPU per clip."
     )
     return lines

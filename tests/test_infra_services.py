@@ -1,12 +1,16 @@
 """Static checks of infra/ (no Docker, no cluster), the services: ports and service addresses agree with
-infra/names.yaml, compose publishes on localhost and keeps secrets in the git-ignored env file, and every
-server setting is one Prefect or MLflow knows.
+infra/names.yaml, compose publishes on localhost and keeps secrets in the git-ignored env file, every
+server setting is one Prefect or MLflow knows, and the object store is SeaweedFS as the local stack runs it
+(nothing refers to MinIO any more).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import mlflow.cli
 import mlflow.environment_variables
@@ -22,6 +26,8 @@ from infra_manifests import (
     docs,
     env_names,
     env_value,
+    weed_flags,
+    weed_settings,
 )
 from prefect.settings import Settings
 
@@ -140,3 +146,113 @@ def test_service_settings_are_known_to_prefect_and_mlflow(monkeypatch: pytest.Mo
         assert names <= mlflow_settings, names - mlflow_settings
         assert "mlflow:*" in env_value(container, "MLFLOW_SERVER_ALLOWED_HOSTS").split(",")
         assert env_value(container, "MLFLOW_ARTIFACTS_DESTINATION") == f"s3://{NAMES['mlflow-bucket']}"
+
+
+# --- the object store: SeaweedFS, as the local stack runs it --------------------------------------------
+
+GATEWAY_SCRIPT = (INFRA / "docker/seaweedfs/s3-gateway.sh").read_text()
+
+
+def kubernetes(kind: str, name: str) -> dict[str, Any]:
+    (found,) = [d for d in docs("k8s/services.yaml") if (d["kind"], d["metadata"]["name"]) == (kind, name)]
+    return found
+
+
+def test_the_object_store_runs_with_the_local_stacks_settings(tmp_path: Path) -> None:
+    """compose and Kubernetes start the store and the gateway with the flags `make stack` and the tests
+    run (infra/local/s3_server.py), less addresses, ports and paths: telemetry off, no S3 inside the
+    store, no WebDAV, admin UI, Iceberg or Lance server; the administrator may what the local keys may."""
+    from infra.local.s3_server import ACTIONS, STORE_PORTS, SeaweedFS
+
+    local = SeaweedFS(tmp_path, 1, {}, dict.fromkeys((*STORE_PORTS, "s3_grpc"), 1)).commands()
+    local_store, local_gateway = local["store"][1:], local["gateway"][1:]
+    assert weed_settings(local_store)["master.telemetry"] == "false"
+    (kubernetes_store,) = containers(kubernetes("StatefulSet", "seaweedfs"))
+    for store in (COMPOSE["services"]["seaweedfs"]["command"], kubernetes_store["args"]):
+        assert store[0] == local_store[0] == "mini"
+        assert weed_settings(store) == weed_settings(local_store)
+    gateway = GATEWAY_SCRIPT.split("exec weed ", 1)[1].split()
+    assert gateway[0] == local_gateway[0] == "s3"
+    assert weed_settings(gateway) == weed_settings(local_gateway)
+    assert {"filer", "config"} <= set(weed_flags(gateway))
+    assert json.dumps(ACTIONS) in GATEWAY_SCRIPT
+
+
+def test_the_store_keeps_its_data_on_a_volume_and_is_reached_by_its_name() -> None:
+    services = COMPOSE["services"]
+    data = weed_flags(services["seaweedfs"]["command"])["dir"]
+    named = [v.split(":")[0] for v in services["seaweedfs"]["volumes"] if v.split(":")[1] == data]
+    assert named, "the store's -dir is on no volume"
+    assert set(named) <= set(COMPOSE["volumes"])  # a named volume: `down` keeps it
+    statefulset = kubernetes("StatefulSet", "seaweedfs")
+    (store,) = containers(statefulset)
+    claims = {c["metadata"]["name"] for c in statefulset["spec"]["volumeClaimTemplates"]}
+    data = weed_flags(store["args"])["dir"]
+    assert [m for m in store["volumeMounts"] if m["mountPath"] == data and m["name"] in claims]
+
+    # the store's parts, the gateway and the bucket job reach it by its service name, at its ports
+    service = kubernetes("Service", statefulset["spec"]["serviceName"])
+    assert service["spec"]["clusterIP"] == "None"  # headless: the name is the pod's, ready or not
+    assert service["spec"]["publishNotReadyAddresses"]
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert {p["name"]: p["containerPort"] for p in store["ports"]} == ports
+    for name, args in (
+        ("seaweedfs", services["seaweedfs"]["command"]),
+        (service["metadata"]["name"], store["args"]),
+    ):
+        assert weed_flags(args)["ip"] == name == statefulset["metadata"]["name"]
+    (gateway,) = containers(kubernetes("Deployment", "s3"))
+    (buckets,) = containers(kubernetes("Job", "s3-buckets"))
+    for client in (services["s3"], services["s3-buckets"], gateway, buckets):
+        assert env_value(client, "FILER") == f"seaweedfs:{ports['filer']}"
+    for client in (services["s3-buckets"], buckets):
+        assert env_value(client, "MASTER") == f"seaweedfs:{ports['master']}"
+    assert "/cluster/healthz" in " ".join(services["seaweedfs"]["healthcheck"]["test"])
+    assert store["readinessProbe"]["httpGet"] == {"path": "/cluster/healthz", "port": ports["master"]}
+
+
+def test_the_s3_gateway_is_ready_on_healthz_and_takes_its_keys_from_the_secrets() -> None:
+    port = NAMES["services"]["s3"]
+    assert f"http://127.0.0.1:{port}/healthz" in COMPOSE["services"]["s3"]["healthcheck"]["test"]
+    (gateway,) = containers(kubernetes("Deployment", "s3"))
+    assert gateway["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    assert {p["containerPort"] for p in gateway["ports"]} == {port}
+    assert f'-port="${{S3_PORT:-{port}}}"' in GATEWAY_SCRIPT
+
+    # every key the script writes into the identities file comes from the env file / the Secret
+    read = set(re.findall(r"\$\{?(\w+)", GATEWAY_SCRIPT))
+    keys = {name for name in ENV_EXAMPLE if name.startswith(("S3_", "MLFLOW_S3_"))}
+    assert read & set(ENV_EXAMPLE) == keys
+    assert all(COMPOSE["services"]["s3"]["environment"][key].startswith(f"${{{key}:?") for key in keys)
+    secret_refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in gateway["env"] if "valueFrom" in e}
+    assert secret_refs == {key: {"name": NAMES["secrets"], "key": key} for key in keys}
+    for container in (COMPOSE["services"]["s3"], gateway):
+        assert read - {"S3_PORT"} <= env_names(container)
+        assert env_value(container, "BUCKET") == NAMES["mlflow-bucket"]  # MLflow's key: that bucket only
+    assert '"Write:$BUCKET"' in GATEWAY_SCRIPT
+
+
+def test_the_buckets_are_the_local_stacks_and_mlflow_uses_its_own() -> None:
+    from infra.local.stack import BUCKETS
+
+    (job,) = containers(kubernetes("Job", "s3-buckets"))
+    for container in (COMPOSE["services"]["s3-buckets"], job):
+        assert sorted(env_value(container, "BUCKETS").split()) == sorted(BUCKETS)
+    assert NAMES["mlflow-bucket"] in BUCKETS
+    (mlflow,) = containers(kubernetes("Deployment", "mlflow"))
+    for container in (COMPOSE["services"]["mlflow"], mlflow):
+        assert env_value(container, "MLFLOW_S3_ENDPOINT_URL") == f"http://s3:{NAMES['services']['s3']}"
+    assert {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in mlflow["env"] if "AWS_" in e["name"]} == {
+        "AWS_ACCESS_KEY_ID": "MLFLOW_S3_ACCESS_KEY", "AWS_SECRET_ACCESS_KEY": "MLFLOW_S3_SECRET_KEY"
+    }  # fmt: skip
+
+
+def test_nothing_in_infra_refers_to_minio() -> None:
+    """MinIO is gone: no manifest, script, Dockerfile or env name names it (infra/README.md still does,
+    as one of the stores vidtx can be pointed at)."""
+    files = [
+        p for p in INFRA.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.name != "README.md"
+    ]
+    assert [str(p.relative_to(ROOT)) for p in files if "minio" in p.read_text(errors="replace").lower()] == []
+    assert not (INFRA / "docker/minio").exists()
+    assert not [name for name in ENV_EXAMPLE if "MINIO" in name]

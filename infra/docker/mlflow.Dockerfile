@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # The MLflow tracking server: MLflow at the version of constraints.txt plus the drivers of its stores
-# (psycopg2 for the Postgres backend, boto3 for the S3/MinIO artifact store) and its basic-auth app. compose.yaml and
+# (psycopg2 for the Postgres backend, boto3 for the S3 artifact store) and its basic-auth app. compose.yaml and
 # infra/k8s/services.yaml configure it through MLFLOW_* environment variables. Build from the root:
 #   docker build -f infra/docker/mlflow.Dockerfile -t ghcr.io/vidtx/vidtx-mlflow:0.1.0 .
 FROM python:3.11-slim-bookworm
