@@ -69,10 +69,14 @@ def filesystem(where: Location, attempts: int = RETRY_ATTEMPTS) -> tuple[fs.File
     whose requests are tried up to `attempts` times."""
     if not is_remote(where):
         return fs.LocalFileSystem(), str(Path(where).absolute())
+    scheme, path = bucket_path(where)
+    return bucket_filesystem(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION"), attempts), path
+
+
+def bucket_path(where: Location) -> tuple[str, str]:
+    """A bucket's URL as its scheme and `bucket/key` (the path its file system takes)."""
     scheme, _, path = str(where).partition("://")
-    return bucket_filesystem(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION"), attempts), path.rstrip(
-        "/"
-    )
+    return scheme, path.rstrip("/")
 
 
 def file_info(where: Location, named: Location | None = None, attempts: int = RETRY_ATTEMPTS) -> fs.FileInfo:

@@ -27,7 +27,7 @@ from pyarrow import fs
 
 from vidtx.files import temporary_path
 from vidtx.locations import Location
-from vidtx.storage.client import bucket_filesystem, endpoint
+from vidtx.storage.client import bucket_filesystem, bucket_path, endpoint
 from vidtx.storage.paths import is_remote
 
 
@@ -147,6 +147,6 @@ def run_storage(where: Location) -> tuple[fs.FileSystem, str]:
     `where` as a path within it (`RunConfig.storage_path`)."""
     if not is_remote(where):
         return fs.PyFileSystem(WholeFiles()), str(Path(where).absolute())
-    scheme, _, path = str(where).partition("://")
+    scheme, path = bucket_path(where)
     bucket = ClientBucket(scheme, endpoint(), os.environ.get("AWS_DEFAULT_REGION"))
-    return fs.PyFileSystem(bucket), path.rstrip("/")
+    return fs.PyFileSystem(bucket), path
