@@ -53,7 +53,7 @@ NEVER_REACHES: list[tuple[str, str, str]] = [
 # Packages whose whole import closure is the standard library, themselves and these.
 ONLY: dict[str, set[str]] = {
     "vidtx.nn": {"torch"},
-    "vidtx.models": {"torch", "vidtx.nn"},
+    "vidtx.models": {"torch", "vidtx.nn", "safetensors"},  # the format released weights come in
     "vidtx.config": {"pydantic", "pydantic_core", "yaml", "vidtx.locations"},
     "vidtx.results": set(),
 }
@@ -258,7 +258,7 @@ def test_the_check_fails_on_a_forbidden_edge(importer: str, imported: str, messa
 def test_no_library_module_is_over_300_lines_and_the_cli_is_thin() -> None:
     lengths = {module: len(path.read_text().splitlines()) for module, path in source_modules().items()}
     assert {module: n for module, n in lengths.items() if n > 300} == {}
-    assert lengths["vidtx.cli"] < 280  # a command (14 now) is its signature and a call into the library
+    assert lengths["vidtx.cli"] < 295  # a command (15 now) is its signature and a call into the library
 
 
 HEAVY = {"ray", "webdataset", "deepspeed", "PIL", "vidtx.data.augment", "vidtx.data.transforms"}

@@ -1,7 +1,8 @@
 """Masked-autoencoder pretraining end to end (the `pretrain-model` flow over `vidtx.stages.pretrain`):
-Ray Train + DeepSpeed on the session's local Ray, the MLflow run's curves and reconstruction images, the encoder (its decoder
-dropped) registered and served as a feature extractor, and a fine-tune that starts from it through the
-registry."""
+Ray Train + DeepSpeed on the session's local Ray, continuing a VideoMAE pretraining as downloaded (a
+Hugging Face folder, its decoder too), the MLflow run's curves and reconstruction images, the encoder
+(its decoder dropped) registered and served as a feature extractor, and a fine-tune that starts from
+it through the registry by VideoMAE's recipe."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 import torch
 from mlflow import MlflowClient
 from training_runs import history, run_config
+from transformers import VideoMAEForPreTraining
+from videomae_folders import videomae_pretraining_folder
 
 from flows.forms import PretrainForm
 from flows.pretrain import pretrain_model
@@ -31,18 +34,21 @@ from vidtx.train.starting_weights import start_from
 pytestmark = pytest.mark.slow
 
 
-def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tune_starts_from_its_encoder(
+def test_a_pretraining_continued_from_a_hugging_face_folder_logs_its_reconstructions_and_a_fine_tune_starts_from_it(
     tiny_dataset: PipelineConfig,
     unlabeled_shards: Path,
     tmp_path: Path,
     write_mp4: Callable[..., Path],
     prefect_api: None,
 ) -> None:
-    """Pretrained by the flow on the videos without their labels, its encoder registered, fine-tuned
-    through the registry on the labelled shards of the same."""
+    """VideoMAE's pretraining as Hugging Face downloads it (`videomae_pretraining_folder`), continued by
+    the flow on the videos without their labels, its encoder registered, fine-tuned through the
+    registry on the labelled shards of the same."""
+    downloaded = videomae_pretraining_folder(tmp_path / "videomae-base")
     config = run_config(tiny_dataset, tmp_path, max_steps=6, checkpoint_every=3, val_every=3, log_every=1)
     config.data.shards = unlabeled_shards
-    config.model.name = "joint_tiny"
+    config.model.name = "videomae_tiny"
+    config.model.init_from = str(downloaded)
     config.pretrain = config.pretrain.model_copy(
         update={
             "mask_ratio": 0.75,
@@ -57,8 +63,24 @@ def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tun
     pretrained_run = pretrain_model(PretrainForm(config=config_file, training_run="pretraining"))
     result = pretrained_run.training
     assert result.run_name == "pretraining"
-
     client = MlflowClient(result.tracking_uri)
+    started = Path(
+        client.download_artifacts(result.mlflow_run_id, "init_from.txt", str(tmp_path))
+    ).read_text()
+    assert started.startswith(f"found {downloaded}: Hugging Face's VideoMAEForPreTraining")
+    # the encoder whole, its final norm too, but the classifier (which a pretraining does not train)
+    assert "kept as initialised (2):\n  head.fc.weight\n  head.fc.bias\n" in started
+    assert "decoder loaded (19):\n  decoder_blocks.0.attn.proj.bias" in started  # all of it
+    # 6 small steps (AdamW, lr 0.002) from there: within 0.02 of the downloaded weights, where any
+    # other start differs by the weights' own size
+    theirs = VideoMAEForPreTraining.from_pretrained(downloaded)
+    pretrained_encoder = trained_model(config, result.best_checkpoint)
+    assert (
+        pretrained_encoder.module.blocks[0].mlp.fc1.weight
+        - theirs.videomae.encoder.layer[0].intermediate.dense.weight
+    ).abs().max() < 0.02
+    assert (pretrained_encoder.decoder["decoder_pred.weight"] - theirs.decoder.head.weight).abs().max() < 0.02
+
     run = client.get_run(result.mlflow_run_id)
     assert run.data.tags[OBJECTIVE_TAG] == "masked_autoencoding"
     assert sorted(history(result, "train/loss")) == list(range(1, 7))
@@ -68,19 +90,20 @@ def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tun
     assert images == {"reconstructions/step-00000003.png", "reconstructions/step-00000006.png"}
     assert result.metrics["val_loss"] > 0
 
-    # The checkpoint's encoder: the joint ViT the config names, decoder dropped, read back whatever
-    # the fine-tune's classes; a fine-tune loads every tensor of it but its classifier.
-    encoder = trained_model(config, result.best_checkpoint).module
+    # The checkpoint's encoder: VideoMAE's ViT the config names, decoder apart, read back whatever
+    # the fine-tune's classes; a fine-tune loads every tensor of it but its classifier and final norm
+    # (VideoMAE's recipe: mean pooling into a new fc_norm).
+    encoder = pretrained_encoder.module
     assert not [name for name in encoder.state_dict() if "decoder" in name or "mask_token" in name]
     fine_tune = config.model_copy(deep=True)
     fine_tune.data.shards = tiny_dataset.data.shards  # labelled
     fine_tune.model.init_from = result.best_checkpoint
     model = model_for(fine_tune)
     report = start_from(model, trained_model(fine_tune, result.best_checkpoint), ["a", "b", "c", "d"], "here")
-    assert sorted(report.initialised) == ["head.fc.bias", "head.fc.weight"]
+    assert sorted(report.initialised) == ["fc_norm.bias", "fc_norm.weight", "head.fc.bias", "head.fc.weight"]
     pretrained = encoder.state_dict()
     assert all(torch.equal(model.state_dict()[name], pretrained[name]) for name in report.loaded)
-    assert len(report.loaded) == len(pretrained) - 2
+    assert len(report.loaded) == len(pretrained) - 4  # its classifier and final norm
 
     # The best checkpoint's encoder is registered in the pretraining's run, with its alias and lineage
     version = pretrained_run.encoder
@@ -116,7 +139,10 @@ def test_pretraining_on_unlabeled_videos_logs_its_reconstructions_and_a_fine_tun
     logged = client.download_artifacts(tuned.mlflow_run_id, "init_from.txt", str(tmp_path))
     text = Path(logged).read_text()
     assert "initialised from models:/vidtx-encoder@pretrained" in text
-    assert "kept as initialised (2):\n  head.fc.weight\n  head.fc.bias" in text
+    assert (
+        "kept as initialised (4):\n  fc_norm.weight\n  fc_norm.bias\n  head.fc.weight\n  head.fc.bias" in text
+    )
+    assert "VideoMAE's fine-tuning recipe, mean pooling into a new fc_norm" in text
 
 
 def test_a_pretraining_sweep_compares_reconstruction_losses_and_registers_the_best_encoder(

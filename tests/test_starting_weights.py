@@ -1,5 +1,6 @@
 """`model.init_from` and `model.checkpoint` checked on the driver, before any Ray worker starts (one line
-naming the setting), and position tables fitted to another frame count or crop size."""
+naming the setting), position tables fitted to another frame count or crop size, and a VideoMAE
+checkpoint as downloaded (a Hugging Face folder) starting a fine-tune and a pretraining."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import VideoMAEForPreTraining
+from videomae_folders import DECODER, videomae_pretraining_folder
 
 from vidtx.config import ConfigError, PipelineConfig, load_config
-from vidtx.model_factory import check_model_config, model_for
+from vidtx.model_factory import check_model_config, check_pretrain_config, masked_autoencoder, model_for
 from vidtx.models import create_model, save_checkpoint
-from vidtx.train.checkpoint import TrainedModel
-from vidtx.train.starting_weights import check_starting_weights, start_from
+from vidtx.models.mae import decoder_state
+from vidtx.train.checkpoint import TrainedModel, trained_model
+from vidtx.train.starting_weights import check_starting_weights, start_decoder, start_from
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = ["data.num_frames=4", "data.crop_size=32", "model.name=xvit_tiny"]
@@ -83,3 +87,48 @@ def test_vidtx_train_says_it_in_one_line_before_the_tracking_store_or_ray(tmp_pa
         f"error: model.init_from {tmp_path / 'missing.pt'}: no such file or checkpoint"
     ]
     assert not (tmp_path / "mlflow.db").exists()
+
+
+VIDEOMAE = ["model.name=videomae_tiny", *DECODER]
+
+
+def test_a_hugging_face_pretraining_folder_fine_tunes_by_videomaes_recipe_and_pretrains_on_with_its_decoder(
+    tmp_path: Path,
+) -> None:
+    folder = videomae_pretraining_folder(tmp_path / "videomae-base")
+    config = config_with(tmp_path, *VIDEOMAE, f"model.init_from={folder}")
+    check_starting_weights(config, check_model_config(config))
+    source = trained_model(config, str(folder))
+    report = start_from(model_for(config, num_classes=3), source, ["a", "b", "c"], str(folder))
+    assert sorted(report.initialised) == ["fc_norm.bias", "fc_norm.weight", "head.fc.bias", "head.fc.weight"]
+    assert report.ignored == ["norm.bias", "norm.weight"]  # the pretraining encoder's final norm
+    text = report.text()
+    assert text.startswith(f"found {folder}: Hugging Face's VideoMAEForPreTraining, a ViT 96 wide, 4 blocks, "
+                           "4 heads, 4x32, a final norm; a decoder 1 blocks 32 wide")  # fmt: skip
+    assert (
+        "VideoMAE's fine-tuning recipe, mean pooling into a new fc_norm: fc_norm.weight, fc_norm.bias, "
+        "head.fc.weight, head.fc.bias start afresh; the source's norm.bias, norm.weight not used\n" in text
+    )
+
+    # A pretraining from it: its encoder with the final norm, the decoder of the checkpoint
+    check_starting_weights(config, check_model_config(config), check_pretrain_config(config))
+    autoencoder = masked_autoencoder(config)
+    report = start_from(autoencoder.encoder, source, ["a"], str(folder))
+    assert report.initialised == []  # every tensor, the final norm too
+    assert start_decoder(autoencoder, source, str(folder)) == sorted(decoder_state(autoencoder.state_dict()))
+    theirs = VideoMAEForPreTraining.from_pretrained(folder)
+    assert torch.equal(autoencoder.encoder.norm.weight, theirs.videomae.layernorm.weight)
+    assert torch.equal(autoencoder.decoder_pred.weight, theirs.decoder.head.weight)
+
+    other = config_with(tmp_path, *VIDEOMAE, "pretrain.decoder_width=64", f"model.init_from={folder}")
+    with pytest.raises(ConfigError, match=r"^model.init_from .*: its \S+ is \(.*32.*\), this decoder's \(.*64.*\) "
+                                          r"\(pretrain.decoder_width, pretrain.decoder_heads\?\)$"):  # fmt: skip
+        check_starting_weights(other, check_model_config(other), check_pretrain_config(other))
+    (folder / "config.json").write_text(
+        (folder / "config.json").read_text().replace('"num_hidden_layers": 4', '"num_hidden_layers": 5')
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"^model.init_from \S+: not a checkpoint vidtx can read \(.*no blocks\.4\.norm1\.weight",
+    ):
+        check_starting_weights(config, check_model_config(config))

@@ -239,6 +239,17 @@ def pipeline(
 
 
 @app.command()
+def convert(
+    source: Annotated[str, typer.Argument(help="Hugging Face folder or file, or official .pth.")],
+    target: Annotated[Path, typer.Argument(help="The vidtx .pt to write.", dir_okay=False)],
+) -> None:
+    """Write a VideoMAE checkpoint as a vidtx .pt (model.init_from also takes it as it is)."""
+    from vidtx.stages.convert import convert_checkpoint
+
+    typer.echo(convert_checkpoint(source, target))
+
+
+@app.command()
 def models() -> None:
     """List the model presets with parameters and GFLOPs per view (multiply-adds, as in the papers)."""
     from vidtx.model_factory import zoo_table

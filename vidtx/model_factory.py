@@ -13,6 +13,7 @@ from vidtx.config import ConfigError, ModelConfig, PipelineConfig
 from vidtx.manifest import load_manifest, merged_class_names
 from vidtx.markdown import markdown_table
 from vidtx.models import (
+    PRESETS,
     VideoTransformer,
     create_model,
     list_models,
@@ -55,9 +56,13 @@ def model_for(config: PipelineConfig, num_classes: int | None = None) -> VideoTr
     )
 
 
-def masked_autoencoder(config: PipelineConfig, encoder: VideoTransformer) -> MaskedAutoencoder:
-    """`encoder` inside the masked autoencoder that `config.pretrain` describes."""
-    pretrain = config.pretrain
+def masked_autoencoder(config: PipelineConfig) -> MaskedAutoencoder:
+    """The masked autoencoder that `config.pretrain` describes, around `config.model`'s network built
+    as its preset pretrains (`PRETRAINING_OPTIONS`: VideoMAE's ViT ends in a norm), under the options
+    `config.model` sets itself."""
+    pretrain, model = config.pretrain, config.model
+    options = PRESETS[model.name].model_cls.PRETRAINING_OPTIONS | model.options
+    encoder = model_for(config.model_copy(update={"model": model.model_copy(update={"options": options})}), 1)
     return MaskedAutoencoder(
         encoder,
         mask_ratio=pretrain.mask_ratio,
@@ -66,16 +71,19 @@ def masked_autoencoder(config: PipelineConfig, encoder: VideoTransformer) -> Mas
         decoder_dim=pretrain.decoder_width,
         decoder_heads=pretrain.decoder_heads,
         norm_pix_loss=pretrain.norm_pix_loss,
+        pixel_mean=config.data.mean,
+        pixel_std=config.data.std,
     )
 
 
 def check_pretrain_config(config: PipelineConfig) -> MaskedAutoencoder:
     """`check_model_config`, then ConfigError naming the fields when `config.pretrain` cannot wrap the
     network (a masking it does not take, a mask that leaves no token visible). On the meta device."""
-    network = check_model_config(config)
+    check_model_config(config)
+    unloaded = config.model.model_copy(update={"pretrained": None, "checkpoint": None})  # no file read
     try:
         with torch.device("meta"), no_weight_init():
-            return masked_autoencoder(config, network)
+            return masked_autoencoder(config.model_copy(update={"model": unloaded}))
     except (ValueError, NotImplementedError) as err:
         pretrain = config.pretrain
         fields = [f"model.name={config.model.name}", f"pretrain.masking={pretrain.masking}"]

@@ -52,8 +52,9 @@ class ModelConfig(StrictModel):
     init_from: str | None = Field(
         None,
         description="Start training from these weights: a vidtx run's Ray checkpoint (path or URI), a "
-        "vidtx .pt file, or a registered model (models:/name@alias). The same classes (by name) keep "
-        "its classifier; other classes get a new one.",
+        "vidtx .pt file, a registered model (models:/name@alias), or a VideoMAE checkpoint as downloaded "
+        "(a Hugging Face folder, .safetensors or .bin; an official .pth). The same classes (by name) keep "
+        "its classifier; other classes get a new one. A pretraining takes a pretraining's decoder too.",
     )
 
 

@@ -6,13 +6,16 @@ embedded into its sequence, so a step costs about the visible fraction of a supe
 decoder gets the visible tokens' features projected to its width, a learned mask token in every
 hidden place, and fixed sinusoidal positions over all T'·N tokens; it predicts each token's pixels
 (tubelet x patch x patch x 3). The loss is the mean squared error over the hidden tokens only, against
-each patch's pixels normalised per patch and channel (`norm_pix_loss`, VideoMAE's default) or as the
-model saw them. The encoder alone is what a fine-tune starts from (`ENCODER_PREFIX` in the state
-dict); the decoder is dropped.
+each patch's pixels in [0, 1] (the clips un-normalised with the data's `pixel_mean` / `pixel_std`),
+normalised per patch and channel (`norm_pix_loss`, VideoMAE's default) or not: VideoMAE's own targets,
+so that its released pretraining checkpoints continue here with the loss they were trained on. The
+encoder alone is what a fine-tune starts from (`ENCODER_PREFIX` in the state dict); a continued
+pretraining takes the decoder too (`decoder_state`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +26,7 @@ from vidtx.models.video import VideoTransformer
 from vidtx.nn import TransformerBlock, run_blocks, sinusoidal_table
 
 ENCODER_PREFIX = "encoder."  # the encoder's parameters in a pretrained model's state dict
+NORMALISATION = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)  # vidtx's default data.mean, data.std
 
 
 @dataclass
@@ -47,6 +51,8 @@ class MaskedAutoencoder(nn.Module):
             `decoder_heads`.
         decoder_heads: Attention heads of the decoder's blocks.
         norm_pix_loss: Targets are each patch's pixels normalised per channel (mean 0, std 1).
+        pixel_mean, pixel_std: The per-channel normalisation the clips come with (`data.mean`,
+            `data.std`), undone for the targets.
     """
 
     def __init__(
@@ -59,6 +65,8 @@ class MaskedAutoencoder(nn.Module):
         decoder_dim: int = 384,
         decoder_heads: int = 6,
         norm_pix_loss: bool = True,
+        pixel_mean: Sequence[float] = NORMALISATION[0],
+        pixel_std: Sequence[float] = NORMALISATION[1],
     ) -> None:
         super().__init__()
         if not encoder.MASKINGS:
@@ -80,6 +88,8 @@ class MaskedAutoencoder(nn.Module):
         visible_count(masking, self.steps, self.patches, mask_ratio)  # refuses a mask that hides all
         self.tubelet, self.patch_size = encoder.tubelet_size, encoder.patch_size
         pixels = self.tubelet * self.patch_size**2 * 3
+        for name, values in (("pixel_mean", pixel_mean), ("pixel_std", pixel_std)):
+            self.register_buffer(name, torch.tensor(values).view(1, -1, 1, 1, 1), persistent=False)
         self.decoder_embed = nn.Linear(encoder.embed_dim, decoder_dim)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_dim))
         self.register_buffer(
@@ -125,15 +135,32 @@ class MaskedAutoencoder(nn.Module):
         x = x.permute(0, 7, 1, 4, 2, 5, 3, 6)  # (B, C, T', t, h, p, w, p)
         return x.reshape(batch, channels, self.steps * t, side * p, side * p)
 
+    def pixels(self, clips: Tensor) -> Tensor:
+        """Each token's pixels in [0, 1], the clips (B, C, T, H, W) un-normalised: (B, T'·N, P), float32."""
+        return self.patchify(clips.float() * self.pixel_std + self.pixel_mean)
+
+    def _patch_statistics(self, pixels: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Each token's pixels (B, T'·N, P) per channel (B, T'·N, t·p·p, C), their mean and spread
+        (unbiased) + 1e-6: what `norm_pix_loss` normalises by."""
+        per_channel = pixels.unflatten(-1, (-1, self.pixel_mean.shape[1]))
+        spread = per_channel.var(dim=-2, unbiased=True, keepdim=True).sqrt() + 1e-6
+        return per_channel, per_channel.mean(dim=-2, keepdim=True), spread
+
     def targets(self, clips: Tensor) -> Tensor:
         """What each token's pixels are compared to: (B, T'·N, P), in float32."""
-        pixels = self.patchify(clips.float())
+        pixels = self.pixels(clips)
         if not self.norm_pix_loss:
             return pixels
-        per_channel = pixels.unflatten(-1, (-1, clips.shape[1]))  # (B, T'·N, t·p·p, C)
-        mean = per_channel.mean(dim=-2, keepdim=True)
-        std = per_channel.var(dim=-2, unbiased=True, keepdim=True).sqrt()
-        return ((per_channel - mean) / (std + 1e-6)).flatten(-2)
+        per_channel, mean, spread = self._patch_statistics(pixels)
+        return ((per_channel - mean) / spread).flatten(-2)
+
+    def predicted_pixels(self, predicted: Tensor, clips: Tensor) -> Tensor:
+        """Predictions (B, T'·N, P) as pixels in [0, 1]: per-patch normalised ones put back at the
+        mean and spread of the clips' own patches."""
+        if not self.norm_pix_loss:
+            return predicted
+        _, mean, spread = self._patch_statistics(self.pixels(clips))
+        return (predicted.unflatten(-1, (-1, mean.shape[-1])) * spread + mean).flatten(-2)
 
     def forward(self, clips: Tensor, mask: Tensor | None = None) -> Reconstruction:
         """Reconstruct clips (B, C, T, H, W) from their visible tokens; `mask` (B, T'·N) bool, True
@@ -153,6 +180,11 @@ class MaskedAutoencoder(nn.Module):
         per_token = (pixels - self.targets(clips)).pow(2).mean(dim=-1)  # (B, T'·N)
         loss = (per_token * mask).sum() / mask.sum()
         return Reconstruction(loss, pixels, mask)
+
+
+def decoder_state(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The decoder's tensors of a masked autoencoder's state dict (all but the encoder's)."""
+    return {name: value for name, value in state_dict.items() if not name.startswith(ENCODER_PREFIX)}
 
 
 def encoder_state(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -20,7 +20,7 @@ from vidtx.models.video import VideoTransformer
 from vidtx.models.videomae import VideoMAEViT
 from vidtx.models.vit import ViTEncoder
 from vidtx.models.vivit import ViViTFactorisedEncoder
-from vidtx.models.weights import read_checkpoint
+from vidtx.models.weights import Checkpoint, read_checkpoint
 from vidtx.models.xvit import XViT
 
 
@@ -137,6 +137,16 @@ def model_options(model_cls: type[VideoTransformer]) -> set[str]:
     return options - _INTERNAL_ARGUMENTS
 
 
+def option_defaults(name: str) -> dict[str, Any]:
+    """The value of every option of preset `name` when none is given: the preset's, else its classes'."""
+    defaults: dict[str, Any] = {}
+    for cls in reversed(_preset(name).model_cls.__mro__):
+        if issubclass(cls, ViTEncoder) and "__init__" in vars(cls):
+            parameters = inspect.signature(cls.__init__).parameters.values()
+            defaults |= {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    return defaults | _preset(name).defaults
+
+
 def create_model(name: str, **overrides: Any) -> VideoTransformer:
     """Build preset `name` with `overrides` replacing its defaults."""
     preset = _preset(name)
@@ -150,9 +160,10 @@ def create_model(name: str, **overrides: Any) -> VideoTransformer:
     return model
 
 
-def load_checkpoint(path: str | Path) -> VideoTransformer:
-    """Rebuild a model saved by `save_checkpoint` and load its weights (strict)."""
-    checkpoint = read_checkpoint(path)
+def load_checkpoint(source: str | Path | Checkpoint) -> VideoTransformer:
+    """Rebuild a model saved by `save_checkpoint` (its file, or the file read) and load its weights
+    (strict)."""
+    checkpoint = source if isinstance(source, Checkpoint) else read_checkpoint(source)
     model = create_model(checkpoint.model_name, **checkpoint.model_kwargs)
     model.load_state_dict(checkpoint.state_dict)
     return model

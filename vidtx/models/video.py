@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
@@ -24,6 +24,11 @@ class VideoTransformer(ViTEncoder):
 
     head: nn.Module  # set by subclasses: features -> logits
     MASKINGS: tuple[str, ...] = ()  # the masks `encode_visible` takes (a masked autoencoder's encoder)
+    # options of the encoder a masked autoencoder pretrains (VideoMAE's ViT: its final norm)
+    PRETRAINING_OPTIONS: ClassVar[dict[str, Any]] = {}
+    # what a fine-tune starts afresh rather than take from its source (`model.init_from`)
+    FINE_TUNING_FRESH: tuple[str, ...] = ("head.",)
+    FINE_TUNING_RECIPE = "a new classifier"  # what starting those afresh is, in the words of the report
 
     def __init__(
         self, *, num_classes: int = 400, num_frames: int = 8, head_dropout: float = 0.0, **encoder_kwargs: Any

@@ -95,27 +95,31 @@ def load_image_vit(model: ViTEncoder, source: str | Path | StateDict) -> LoadRep
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A vidtx model file: the preset name, the keyword arguments it was built with, the weights."""
+    """A vidtx model file: the preset name, the keyword arguments it was built with, the weights, and
+    a pretrained encoder's decoder (a masked autoencoder's other tensors; empty: none kept)."""
 
     model_name: str
     model_kwargs: dict[str, Any]
     state_dict: dict[str, Tensor]
+    decoder: dict[str, Tensor]
 
 
-def save_checkpoint(model: nn.Module, path: str | Path) -> None:
-    """Save a model made by `create_model` with what is needed to rebuild it (`load_checkpoint`)."""
+def save_checkpoint(model: nn.Module, path: str | Path, decoder: Mapping[str, Tensor] | None = None) -> None:
+    """Save a model made by `create_model` with what is needed to rebuild it (`load_checkpoint`), and
+    the decoder it was pretrained with, if given (what a continued pretraining starts from)."""
     spec = getattr(model, "model_spec", None)
     if spec is None:
         raise ValueError("only models made by vidtx.models.create_model can be saved as checkpoints")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {"model_name": spec["name"], "model_kwargs": spec["kwargs"], "state_dict": model.state_dict()}, path
-    )
+    content = {"model_name": spec["name"], "model_kwargs": spec["kwargs"], "state_dict": model.state_dict()}
+    torch.save(content | ({"decoder": dict(decoder)} if decoder else {}), path)
 
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
     content = torch.load(path, map_location="cpu", weights_only=True)
-    return Checkpoint(content["model_name"], content["model_kwargs"], content["state_dict"])
+    return Checkpoint(
+        content["model_name"], content["model_kwargs"], content["state_dict"], content.get("decoder", {})
+    )
 
 
 # --- released X-ViT checkpoints (github.com/1adrianb/video-transformers) -----------------------------

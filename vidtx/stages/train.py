@@ -63,9 +63,8 @@ def train(
     resumes an earlier run. `callbacks` go to the Ray Train run (a sweep's trial passes Ray Tune's,
     which hands each report to the Tuner)."""
     network = check_model_config(config)  # a bad preset or option fails here, before anything starts
-    if objective == "masked_autoencoding":
-        check_pretrain_config(config)
-    check_starting_weights(config, network)  # model.init_from, model.checkpoint: before Ray starts
+    autoencoder = check_pretrain_config(config) if objective == "masked_autoencoding" else None
+    check_starting_weights(config, network, autoencoder)  # model.init_from, model.checkpoint: before Ray
     if unmatched := unmatched_patterns(network, config.train.freeze):
         raise ConfigError(
             f"train.freeze: {', '.join(map(repr, unmatched))} freezes no parameter of {config.model.name} "

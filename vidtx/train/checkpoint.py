@@ -22,9 +22,13 @@ import ray.train
 import torch
 from torch import nn
 
+from vidtx import storage
 from vidtx.config import ConfigError, PipelineConfig
 from vidtx.model_factory import masked_autoencoder, model_for
 from vidtx.models import load_checkpoint
+from vidtx.models.mae import MaskedAutoencoder, decoder_state
+from vidtx.models.videomae_checkpoints import is_videomae_source, read_videomae
+from vidtx.models.weights import read_checkpoint
 from vidtx.tracking.model_registry import load_registered_model
 from vidtx.tracking.runs import resolve_tracking_uri
 from vidtx.train.accelerator import import_deepspeed
@@ -140,31 +144,39 @@ def group_names(model: nn.Module, groups: list[dict]) -> list[list[str]]:
 
 @dataclasses.dataclass
 class TrainedModel:
-    """A trained network and the class names its logits stand for (None: not recorded)."""
+    """A trained network and the class names its logits stand for (None: not recorded); a pretraining's
+    decoder (the masked autoencoder's tensors but the encoder's; empty: none), and what was found
+    where the source is no vidtx model (a VideoMAE checkpoint: its layout and sizes, in a line)."""
 
     module: nn.Module
     class_names: list[str] | None
+    decoder: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    found: str | None = None
 
 
 def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
     """The model of `checkpoint`: a Ray checkpoint is read into the architecture `config` trains, with
-    as many classes as it records (else as `config`'s data has); a `.pt` file and a registered model
-    carry their own architecture."""
+    as many classes as it records (else as `config`'s data has); a `.pt` file, a registered model and
+    a VideoMAE checkpoint (`vidtx.models.videomae_checkpoints`: a Hugging Face folder or file, an
+    official `.pth`) carry their own architecture."""
     if checkpoint.startswith("models:/"):
         classifier = load_registered_model(checkpoint, resolve_tracking_uri(config))
         return TrainedModel(classifier.module, classifier.class_names)
     if checkpoint.endswith(".pt"):
-        return TrainedModel(load_checkpoint(checkpoint), None)
+        with storage.local_copy(checkpoint) as local:
+            saved = read_checkpoint(local)
+        return TrainedModel(load_checkpoint(saved), None, saved.decoder)
+    if is_videomae_source(checkpoint):  # a folder on this machine, or a file anywhere
+        with storage.local_copy(checkpoint) as local:
+            found = dataclasses.replace(read_videomae(local), source=checkpoint)
+        return TrainedModel(found.encoder(), found.class_names, found.weights.decoder, found.summary())
     with ray.train.Checkpoint(checkpoint).as_directory() as directory:
         if not Path(directory, TAG).is_dir():
             raise ValueError(f"{checkpoint}: no DeepSpeed {TAG}/ in it: not a checkpoint of a vidtx run")
         if (pretraining := Path(directory, PRETRAINED)).is_file():
-            return TrainedModel(
-                pretrained_encoder(
-                    directory, PipelineConfig.model_validate(json.loads(pretraining.read_text()))
-                ),
-                None,
-            )
+            pretrained = PipelineConfig.model_validate(json.loads(pretraining.read_text()))
+            autoencoder = pretrained_autoencoder(directory, pretrained)
+            return TrainedModel(autoencoder.encoder, None, decoder_state(autoencoder.state_dict()))
         recorded = Path(directory, CLASS_NAMES)
         class_names = json.loads(recorded.read_text()) if recorded.is_file() else None
         model = model_for(config, num_classes=len(class_names) if class_names else None)
@@ -174,12 +186,12 @@ def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
     return TrainedModel(model, class_names)
 
 
-def pretrained_encoder(directory: str, pretrained: PipelineConfig) -> nn.Module:
-    """The encoder of a pretraining's checkpoint, its decoder dropped: the network `pretrained`
-    configured (its model, frames and crop size), with its raw weights."""
-    model = masked_autoencoder(pretrained, model_for(pretrained, num_classes=1))
+def pretrained_autoencoder(directory: str, pretrained: PipelineConfig) -> MaskedAutoencoder:
+    """The masked autoencoder of a pretraining's checkpoint: the one `pretrained` configured (its
+    model, decoder, frames and crop size), with its raw weights."""
+    model = masked_autoencoder(pretrained)
     model.load_state_dict(consolidated_state_dict(directory, model))
-    return model.encoder
+    return model
 
 
 def _chosen_average(config: PipelineConfig, directory: str, checkpoint: str) -> dict[str, torch.Tensor]:

@@ -30,7 +30,7 @@ from vidtx.train.objectives import MaskedAutoencoding, objective_type
 from vidtx.train.payload import WorkerPayload
 from vidtx.train.profiling import StepProfiler
 from vidtx.train.sample_log import SampleLog
-from vidtx.train.starting_weights import StartReport, start_from
+from vidtx.train.starting_weights import StartReport, start_decoder, start_from
 from vidtx.train.throughput import ThroughputMeter, format_duration
 
 logger = logging.getLogger("vidtx.train")
@@ -64,14 +64,13 @@ class WorkerTrainer:
         self.class_names = self.loader.data.class_names  # the sources' labels merged by name
         self.objective = objective_type(payload.objective, self.cfg)(self.cfg, self.loader.data)
         model = self.objective.model()
-        network = model.encoder if isinstance(model, MaskedAutoencoder) else model  # what init_from fills
-        started = self._start_from(network) if self.cfg.model.init_from else None
+        started = self._start_from(model) if self.cfg.model.init_from else None
         # For MFU only, where a peak is given: counted before DeepSpeed wraps the model (ZeRO-3
         # partitions the parameters). Forward + backward = 3 forwards; a MAC is 2 FLOPs. (Not for a
         # masked autoencoder: its encoder's cost depends on the mask.)
         peak = train.peak_tflops * 1e12 if train.peak_tflops and torch.cuda.is_available() else None
         flops = None
-        if peak is not None and model is network:
+        if peak is not None and not isinstance(model, MaskedAutoencoder):
             flops = 3 * 2 * count_flops(model, (1, 3, data.num_frames, data.crop_size, data.crop_size)).total
         built = build_engine(model, train)
         self.engine, self.group_names = built.engine, built.group_names
@@ -102,16 +101,22 @@ class WorkerTrainer:
         )
 
     def _start_from(self, model: torch.nn.Module) -> StartReport:
-        """`model.init_from`'s weights into `model` (a resumed run then loads its own checkpoint)."""
+        """`model.init_from`'s weights into `model` (a resumed run then loads its own checkpoint): a
+        masked autoencoder's encoder, and its decoder where the source has one."""
         where = self.cfg.model.init_from
-        report = start_from(model, trained_model(self.cfg, where), self.class_names, where)
+        source = trained_model(self.cfg, where)
+        network = model.encoder if isinstance(model, MaskedAutoencoder) else model
+        report = start_from(network, source, self.class_names, where)
+        if isinstance(model, MaskedAutoencoder):
+            report.decoder = start_decoder(model, source, where)
         if self.rank == 0:
             logger.info(
-                "%s; %d tensors loaded, %d kept as initialised: %s",
+                "%s; %d tensors loaded, %d kept as initialised: %s%s",
                 report.classes,
                 len(report.loaded),
                 len(report.initialised),
                 ", ".join(report.initialised) or "none",
+                f"; the decoder's {len(report.decoder)} tensors loaded" if report.decoder else "",
             )
         return report
 

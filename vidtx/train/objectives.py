@@ -138,7 +138,7 @@ class MaskedAutoencoding:
         self.config = config
 
     def model(self) -> nn.Module:
-        return masked_autoencoder(self.config, model_for(self.config, num_classes=1))
+        return masked_autoencoder(self.config)
 
     def loss(
         self, engine: Any, clips: torch.Tensor, labels: torch.Tensor, rng: np.random.Generator
@@ -192,27 +192,14 @@ class MaskedAutoencoding:
         mask = sample_mask(1, model.steps, model.patches, model.mask_ratio, model.masking, generator)
         mask = mask.to(clip.device)
         engine.eval()
-        predicted = engine(clip, mask).pixels  # (1, T'·N, P)
+        predicted = model.predicted_pixels(engine(clip, mask).pixels, clip)  # (1, T'·N, P) in [0, 1]
         engine.train()
-        original = model.patchify(clip.float())  # (1, T'·N, P)
-        if model.norm_pix_loss:
-            per_channel = original.unflatten(-1, (-1, 3))
-            mean = per_channel.mean(dim=-2, keepdim=True)
-            std = per_channel.var(dim=-2, unbiased=True, keepdim=True).sqrt()
-            predicted = (predicted.unflatten(-1, (-1, 3)) * (std + 1e-6) + mean).flatten(-2)
+        original = model.pixels(clip)  # (1, T'·N, P) in [0, 1]
         hidden = mask[..., None]
-        rows = [
-            original,
-            original.masked_fill(hidden, float("-inf")),
-            torch.where(hidden, predicted, original),
-        ]
-        data = self.config.data
-        mean = torch.tensor(data.mean, device=clip.device)[:, None, None, None]
-        std = torch.tensor(data.std, device=clip.device)[:, None, None, None]
+        rows = [original, original.masked_fill(hidden, 0.0), torch.where(hidden, predicted, original)]
         frames = []
         for row in rows:
-            video = (model.unpatchify(row)[0] * std + mean).clamp(0, 1)  # (C, T, H, W) in [0, 1]
-            video = video[:, :: model.tubelet]  # a frame per time step
+            video = model.unpatchify(row)[0].clamp(0, 1)[:, :: model.tubelet]  # (C, T', H, W): a frame a step
             frames.append(torch.cat(list(video.permute(1, 2, 3, 0)), dim=1))  # (H, T'·W, C)
         return (torch.cat(frames, dim=0) * 255).round().to(torch.uint8).cpu().numpy()
 
