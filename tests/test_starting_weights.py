@@ -120,6 +120,16 @@ def test_a_hugging_face_pretraining_folder_fine_tunes_by_videomaes_recipe_and_pr
     assert torch.equal(autoencoder.encoder.norm.weight, theirs.videomae.layernorm.weight)
     assert torch.equal(autoencoder.decoder_pred.weight, theirs.decoder.head.weight)
 
+    heads = config_with(tmp_path, *VIDEOMAE, "model.options={num_heads: 2}", f"model.init_from={folder}")
+    with pytest.raises(
+        ConfigError, match=r": it has 4 attention heads, this model 2 \(model.options.num_heads\?\) "
+    ):
+        check_starting_weights(heads, check_model_config(heads))
+    heads = config_with(tmp_path, *VIDEOMAE, "pretrain.decoder_heads=4", f"model.init_from={folder}")
+    with pytest.raises(
+        ConfigError, match=r": its decoder has 2 attention heads, this one 4 \(pretrain.decoder_heads\?\)$"
+    ):
+        check_starting_weights(heads, check_model_config(heads), check_pretrain_config(heads))
     other = config_with(tmp_path, *VIDEOMAE, "pretrain.decoder_width=64", f"model.init_from={folder}")
     with pytest.raises(ConfigError, match=r"^model.init_from .*: its \S+ is \(.*32.*\), this decoder's \(.*64.*\) "
                                           r"\(pretrain.decoder_width, pretrain.decoder_heads\?\)$"):  # fmt: skip

@@ -152,6 +152,7 @@ class TrainedModel:
     class_names: list[str] | None
     decoder: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     found: str | None = None
+    decoder_heads: int | None = None  # the decoder's attention heads, where known (not in its tensors)
 
 
 def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
@@ -169,14 +170,18 @@ def trained_model(config: PipelineConfig, checkpoint: str) -> TrainedModel:
     if is_videomae_source(checkpoint):  # a folder on this machine, or a file anywhere
         with storage.local_copy(checkpoint) as local:
             found = dataclasses.replace(read_videomae(local), source=checkpoint)
-        return TrainedModel(found.encoder(), found.class_names, found.weights.decoder, found.summary())
+        heads = found.decoder_options.get("decoder_heads")
+        return TrainedModel(found.encoder(), found.class_names, found.weights.decoder, found.summary(), heads)
     with ray.train.Checkpoint(checkpoint).as_directory() as directory:
         if not Path(directory, TAG).is_dir():
             raise ValueError(f"{checkpoint}: no DeepSpeed {TAG}/ in it: not a checkpoint of a vidtx run")
         if (pretraining := Path(directory, PRETRAINED)).is_file():
             pretrained = PipelineConfig.model_validate(json.loads(pretraining.read_text()))
             autoencoder = pretrained_autoencoder(directory, pretrained)
-            return TrainedModel(autoencoder.encoder, None, decoder_state(autoencoder.state_dict()))
+            decoder = decoder_state(autoencoder.state_dict())
+            return TrainedModel(
+                autoencoder.encoder, None, decoder, decoder_heads=pretrained.pretrain.decoder_heads
+            )
         recorded = Path(directory, CLASS_NAMES)
         class_names = json.loads(recorded.read_text()) if recorded.is_file() else None
         model = model_for(config, num_classes=len(class_names) if class_names else None)

@@ -131,16 +131,28 @@ def start_from(
 def start_decoder(model: MaskedAutoencoder, source: TrainedModel, where: str) -> list[str]:
     """A pretraining's decoder from `source` into `model` (checked by `check_starting_weights`); the
     tensors loaded (none where the source has no decoder: the decoder keeps its initialisation)."""
-    if problems := decoder_problems(model, source.decoder):
+    if problems := decoder_problems(model, source):
         raise ValueError(f"model.init_from {where}: {problems[0]}")
     model.load_state_dict(source.decoder, strict=False)
     return sorted(source.decoder)
 
 
-def decoder_problems(model: MaskedAutoencoder, decoder: dict[str, torch.Tensor]) -> list[str]:
-    """Why a source's `decoder` cannot fill `model`'s (none where it has no decoder)."""
-    if not decoder:
+def attention_heads(module: nn.Module, blocks: str = "blocks") -> int | None:
+    """The attention heads of `module`'s first block (of `blocks`), where it has one: what the tensors'
+    shapes do not tell."""
+    stack = getattr(module, blocks, None)
+    return getattr(getattr(stack[0], "attn", None), "num_heads", None) if stack else None
+
+
+def decoder_problems(model: MaskedAutoencoder, source: TrainedModel) -> list[str]:
+    """Why `source`'s decoder cannot fill `model`'s (none where it has no decoder)."""
+    if not (decoder := source.decoder):
         return []
+    ours = attention_heads(model, "decoder_blocks")
+    if source.decoder_heads and source.decoder_heads != ours:
+        return [
+            f"its decoder has {source.decoder_heads} attention heads, this one {ours} (pretrain.decoder_heads?)"
+        ]
     target = decoder_state(model.state_dict())
     problems = [
         f"its decoder has no {name} (pretrain.decoder_depth?)" for name in target if name not in decoder
@@ -240,7 +252,10 @@ def check_starting_weights(
         log.info("model.init_from: found %s", source.found)
     network = autoencoder.encoder if autoencoder is not None else network
     problems = incompatible(network.state_dict(), source.module.state_dict(), network.FINE_TUNING_FRESH)
+    theirs, ours = attention_heads(source.module), attention_heads(network)
+    if not problems and theirs != ours:
+        problems = [f"it has {theirs} attention heads, this model {ours} (model.options.num_heads?)"]
     if problems:
         raise ConfigError(f"model.init_from {where}: {problems[0]} (model.name={config.model.name})")
-    if autoencoder is not None and (problems := decoder_problems(autoencoder, source.decoder)):
+    if autoencoder is not None and (problems := decoder_problems(autoencoder, source)):
         raise ConfigError(f"model.init_from {where}: {problems[0]}")
