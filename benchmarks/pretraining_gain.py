@@ -7,7 +7,8 @@ VideoMAE) on every training clip without labels, then:
 
 - fine-tuned on a labelled, class-balanced 10% of them by VideoMAE's recipe (its final norm unused,
   mean pooling into a new fc_norm, layer-wise lr decay 0.75), against the same fine-tune from random
-  weights without the decay (the control);
+  weights without the decay (the control), and that control on every label (the upper bound: what the
+  model learns of the task at this size);
 - probed: a linear classifier on the frozen encoder's features (the mean of its final tokens) of the
   same labelled clips, against the probe of the same encoder at its initialisation, and the probe
   measured along the pretraining (what it learns, step by step).
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 
 PRESET, FRAMES = "videomae_tiny", 8  # width 96, depth 4, 4 heads, 8 px patches, 2-frame tubelets
 SCRATCH, PRETRAINED = "fine-tune, from scratch", "fine-tune, MAE-pretrained"
+EVERY_LABEL = "fine-tune, from scratch, every label"  # the upper bound: is the task learnable at this size?
 PROBE_SCRATCH, PROBE_PRETRAINED = "linear probe, random encoder", "linear probe, MAE-pretrained"
 GOAL = 0.05  # pretrained minus scratch, validation top-1, for the probe and the fine-tune
 FIGURE = "pretraining_gain.png"
@@ -95,9 +97,12 @@ def centred(clips: torch.Tensor, crop: int) -> torch.Tensor:
     return clips[:, :, offset : offset + crop, offset : offset + crop]
 
 
-def labelled_subset(data: dict, setup: Setup) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first clips of each class with their labels: the same for every run."""
+def labelled_subset(data: dict, setup: Setup, every_label: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first clips of each class with their labels (all of them: `every_label`): the same for every
+    run."""
     labels = data["train_labels"]
+    if every_label:
+        return data["train"], labels
     subset = torch.cat([(labels == c).nonzero()[: setup.labelled_per_class, 0] for c in range(len(CLASSES))])
     return data["train"][subset], labels[subset]
 
@@ -196,12 +201,12 @@ def pretrain(seed: int, data_file: Path, setup: Setup, work: Path) -> dict:
 
 
 def finetune(label: str, seed: int, data_file: Path, setup: Setup, encoder_file: Path | None) -> dict:
-    """Fine-tune seed's model on the labelled subset: from random weights, or from the pretrained
+    """Fine-tune seed's model on the labelled subset (on every clip: `EVERY_LABEL`): from random weights, or from the pretrained
     encoder by VideoMAE's recipe (its final norm unused, a new fc_norm and head, layer-wise lr decay)."""
     start = time.perf_counter()
     with torch_threads(1):
         data = torch.load(data_file)
-        clips, labels = labelled_subset(data, setup)
+        clips, labels = labelled_subset(data, setup, every_label=label == EVERY_LABEL)
         model = new_model(setup, seed, final_norm=False)
         if encoder_file is not None:
             weights = {
@@ -264,7 +269,11 @@ def measure(setup: Setup, seeds: int, work: Path) -> tuple[list[dict], list[dict
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=2, mp_context=context, initializer=setup_logging) as pool:
         pending = [pool.submit(pretrain, seed, data_file, setup, work) for seed in range(seeds)]
-        scratch = [pool.submit(finetune, SCRATCH, seed, data_file, setup, None) for seed in range(seeds)]
+        scratch = [
+            pool.submit(finetune, arm, seed, data_file, setup, None)
+            for arm in (SCRATCH, EVERY_LABEL)
+            for seed in range(seeds)
+        ]
         pretrainings, tuned = [], []
         for future in as_completed(pending):  # a seed's pretrained fine-tune is queued when it is pretrained
             pretrainings.append(done := future.result())
@@ -274,7 +283,7 @@ def measure(setup: Setup, seeds: int, work: Path) -> tuple[list[dict], list[dict
         runs = [future.result() for future in scratch + tuned]
     timing = {"data_seconds": prepared - start, "training_wall_seconds": time.perf_counter() - prepared}
     pretrainings.sort(key=lambda done: done["seed"])
-    order = [SCRATCH, PRETRAINED, PROBE_SCRATCH, PROBE_PRETRAINED]
+    order = [SCRATCH, PRETRAINED, EVERY_LABEL, PROBE_SCRATCH, PROBE_PRETRAINED]
     runs = sorted(runs + probe_runs(pretrainings), key=lambda run: (order.index(run["label"]), run["seed"]))
     return runs, pretrainings, timing
 
