@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from benchmarks.moving_textures import CLASSES, make_split
 from benchmarks.results import BenchmarkResult
 from benchmarks.seed_spread import run_and_write, seeds_parser
-from benchmarks.temporal_reasoning import model_input, random_crops
+from benchmarks.temporal_reasoning import model_input, optimizer_step, random_crops
 from benchmarks.timing import torch_threads
 from vidtx.config import OptimizerConfig, ScheduleConfig
 from vidtx.log import setup_logging
@@ -184,12 +184,7 @@ def pretrain(seed: int, data_file: Path, setup: Setup, work: Path) -> dict:
             clips = random_crops(data["train"][batch], setup.crop, generator)
             mask = sample_mask(len(batch), mae.steps, mae.patches, mae.mask_ratio, "tube", generator)
             loss = mae(model_input(clips), mask).loss
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(mae.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            losses.append(loss.item())
+            losses.append(optimizer_step(loss, mae, optimizer, scheduler))
         encoder_file = work / f"encoder-{seed}.pt"
         torch.save(encoder_state(mae.state_dict()), encoder_file)
     return {
@@ -227,12 +222,7 @@ def finetune(label: str, seed: int, data_file: Path, setup: Setup, encoder_file:
             loss = F.cross_entropy(
                 model(model_input(random_crops(clips[batch], setup.crop, generator))), labels[batch]
             )
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            losses.append(loss.item())
+            losses.append(optimizer_step(loss, model, optimizer, scheduler))
             if step % setup.eval_every == 0:
                 accuracy = top1(model, data["val"], data["val_labels"], setup.crop)
                 curve.append({"step": step, "train_loss": statistics.fmean(losses[-setup.eval_every :]),

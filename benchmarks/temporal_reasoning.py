@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.optim.lr_scheduler import LRScheduler
 
 from benchmarks.results import BenchmarkResult, Table, fmt
 from benchmarks.seed_spread import (
@@ -223,6 +224,19 @@ def train_variant(variant: Variant, data_file: Path, budget: Budget) -> dict:
     return {**trained, "preset": variant.preset, "options": variant.options}
 
 
+def optimizer_step(
+    loss: torch.Tensor, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: LRScheduler
+) -> float:
+    """One step of the benchmarks' plain training loops: backward, the gradients clipped at norm 1, the
+    optimizer and the schedule; the loss's value."""
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    return loss.item()
+
+
 def fit(
     model: torch.nn.Module,
     draw_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
@@ -242,12 +256,7 @@ def fit(
     for step in range(1, budget.steps + 1):
         clips, labels = draw_batch()
         loss = F.cross_entropy(model(model_input(clips)), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        losses.append(loss.item())
+        losses.append(optimizer_step(loss, model, optimizer, scheduler))
         if step % budget.eval_every == 0:
             top1, direction = evaluate(model, *validation, budget.crop)
             train_loss = sum(losses[-budget.eval_every :]) / budget.eval_every
